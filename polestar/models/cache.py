@@ -1,0 +1,55 @@
+"""`KVCache`: the explicit per-layer key/value store every decoding policy reads and writes.
+
+Rows are canvas positions. Keys are stored *before* rotary embedding (content only); the attention op rotates
+them by their row index when it reads them. That keeps one copy serving both the rotary attention and
+Polestar's content-only proxy attention, and costs one elementwise pass over the keys per layer call,
+negligible next to the projections.
+
+Layout: `k`, `v` are [n_layers, batch, n_kv_heads, length, head_dim]. Batch > 1 with left padding fits later
+through `key_padding` ([batch, length], True = ignore), which the attention op already honours.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    def __init__(
+        self,
+        n_layers: int,
+        batch: int,
+        n_kv_heads: int,
+        length: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        shape = (n_layers, batch, n_kv_heads, length, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.key_padding: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return self.k.shape[3]
+
+    @property
+    def n_layers(self) -> int:
+        return self.k.shape[0]
+
+    def write(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Overwrite rows `positions` [n] of `layer` with `k`, `v` [batch, n_kv_heads, n, head_dim]."""
+        self.k[layer][:, :, positions] = k
+        self.v[layer][:, :, positions] = v
+
+    def layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys (pre-rotary) and values of every row: two [batch, n_kv_heads, length, head_dim] views."""
+        return self.k[layer], self.v[layer]
+
+    def copy_(self, other: "KVCache") -> None:
+        self.k.copy_(other.k)
+        self.v.copy_(other.v)
+
+    def nbytes(self) -> int:
+        return self.k.numel() * self.k.element_size() * 2
