@@ -1,0 +1,36 @@
+"""Seeded, deterministic task generators with scorers: `make(name, n, seed)` and `score(name, example, text)`.
+
+Tasks: `arith` (GSM8K-style word problems, scored on the integer after `####`) and `lists` (copy / reverse /
+sort, exact match). `split="test"` (the default) gives held-out examples; training draws `split="train"`.
+"""
+
+from __future__ import annotations
+
+from polestar.errors import ConfigError
+from polestar.tasks import arith, lists
+from polestar.tasks.base import SPLITS, Example, draw, split_of
+
+TASKS = {"arith": arith, "lists": lists}
+
+__all__ = ["TASKS", "Example", "make", "score", "split_of"]
+
+
+def _task(name: str):
+    if name not in TASKS:
+        raise ConfigError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def make(name: str, n: int, seed: int = 0, split: str = "test") -> list[Example]:
+    """`n` distinct examples of task `name` from `seed`; the same arguments always give the same list."""
+    task = _task(name)
+    if split not in SPLITS:
+        raise ConfigError(f"unknown split {split!r}: use 'train' or 'test'")
+    if n < 0:
+        raise ConfigError(f"n must be ≥ 0, got {n}")
+    return draw(task.candidate, n, seed, split)
+
+
+def score(name: str, example: Example, completion: str) -> bool:
+    """True iff `completion` (the decoded answer text) solves `example`."""
+    return _task(name).score(example, completion)

@@ -1,0 +1,1 @@
+"""Training the embedded model: tokenizer, batches, LLaDA's SFT objective, checkpoint export."""

@@ -1,0 +1,62 @@
+"""Training batches for LLaDA's SFT objective, generated on the fly from the task suite.
+
+A sequence is the chat-templated prompt followed by the reference answer and EOS padding. Every batch has
+one total length: its longest prompt plus a response length drawn per batch (`response_lengths`), so the
+model learns to end answers with EOS tails on canvases of many sizes, as LLaDA does. The batch size is
+set so every batch holds about `token_budget` tokens. Batch `step` is a pure function of (seed, step): a
+resumed run sees exactly the data it would have seen.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from polestar import tasks
+
+
+@dataclass
+class Batch:
+    ids: torch.Tensor  # [batch, length] token ids
+    response: torch.Tensor  # [batch, length] bool: positions after the prompt (maskable, scored)
+
+
+def chat_prompt_ids(tokenizer, prompt: str) -> list[int]:
+    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+    return tokenizer(text, add_special_tokens=False).input_ids
+
+
+class TaskBatcher:
+    def __init__(
+        self,
+        tokenizer,
+        eos_id: int,
+        seed: int,
+        token_budget: int,
+        response_lengths: tuple[int, ...],
+        task_names: tuple[str, ...] = ("arith", "lists"),
+    ) -> None:
+        self.tokenizer, self.eos_id, self.seed = tokenizer, eos_id, seed
+        self.token_budget, self.response_lengths, self.task_names = token_budget, response_lengths, task_names
+
+    def batch(self, step: int) -> Batch:
+        rng = random.Random(self.seed * 1_000_003 + step)
+        resp_len = rng.choice(self.response_lengths)
+        n = max(1, self.token_budget // (resp_len + 96))
+        examples = []
+        for i in range(n):
+            task = self.task_names[i % len(self.task_names)]
+            examples += tasks.make(task, 1, seed=rng.getrandbits(48), split="train")
+        prompts = [chat_prompt_ids(self.tokenizer, ex.prompt) for ex in examples]
+        answers = self.tokenizer([ex.answer for ex in examples], add_special_tokens=False).input_ids
+        total = max(len(p) for p in prompts) + resp_len
+        ids = torch.full((n, total), self.eos_id, dtype=torch.long)
+        response = torch.zeros((n, total), dtype=torch.bool)
+        for row, (p, a) in enumerate(zip(prompts, answers)):
+            a = a[: total - len(p) - 1]  # keep at least one EOS
+            ids[row, : len(p)] = torch.tensor(p)
+            ids[row, len(p) : len(p) + len(a)] = torch.tensor(a, dtype=torch.long)
+            response[row, len(p) :] = True
+        return Batch(ids=ids, response=response)

@@ -1,0 +1,90 @@
+"""python -m polestar.train.evaluate: accuracy of a model on held-out task examples with the reference sampler.
+
+Examples are batched by exact prompt length (the reference sampler takes unpadded rows, and LLaDA attends
+to padding, so padding would change the answers). Prints one JSON line per task and times a full forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import defaultdict
+
+import torch
+
+from polestar import tasks
+from polestar.reference import generate
+from polestar.train.data import chat_prompt_ids
+
+
+def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length: int,
+             threshold: float | None, batch: int) -> dict:
+    examples = tasks.make(task, n, seed)
+    tok = model.tokenizer
+    by_len: dict[int, list[tuple[int, list[int]]]] = defaultdict(list)
+    for i, ex in enumerate(examples):
+        ids = chat_prompt_ids(tok, ex.prompt)
+        by_len[len(ids)].append((i, ids))
+    correct, steps, content_tokens, completions = 0, 0, 0, [""] * n
+    t0 = time.perf_counter()
+    for rows in by_len.values():
+        for k in range(0, len(rows), batch):
+            chunk = rows[k : k + batch]
+            prompt = torch.tensor([ids for _, ids in chunk])
+            out = generate(model, prompt, gen_length, block_length, threshold=threshold)
+            steps += sum(out.steps_per_row)
+            gen = out.canvas[:, prompt.shape[1]:]
+            content_tokens += int((gen != model.eos_id).sum())
+            for (i, _), row in zip(chunk, gen):
+                completions[i] = tok.decode(row, skip_special_tokens=True)
+    wall = time.perf_counter() - t0
+    for ex, text in zip(examples, completions):
+        correct += tasks.score(task, ex, text)
+    return {"task": task, "n": n, "seed": seed, "threshold": threshold, "gen_length": gen_length,
+            "block_length": block_length, "accuracy": correct / n, "tokens_per_step": n * gen_length / steps,
+            "tpf": content_tokens / steps, "wall_s": round(wall, 1), "examples": list(zip(
+                [e.prompt for e in examples[:3]], completions[:3]))}
+
+
+@torch.no_grad()
+def time_forward(model, length: int = 320, repeats: int = 30) -> float:
+    ids = torch.randint(0, len(model.tokenizer), (1, length))
+    for _ in range(3):
+        model(ids)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        model(ids)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
+def main() -> None:
+    import polestar
+
+    p = argparse.ArgumentParser(prog="python -m polestar.train.evaluate", description=__doc__)
+    p.add_argument("--model", default=polestar.DEFAULT_MODEL)
+    p.add_argument("--tasks", default="arith,lists")
+    p.add_argument("--n", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gen-length", type=int, default=256)
+    p.add_argument("--block-length", type=int, default=32)
+    p.add_argument("--threshold", type=float, default=None, help="confidence-threshold parallel decoding")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--time-forward", action="store_true", help="also time one full forward over 320 tokens")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = polestar.load_model(args.model)
+    if args.time_forward:
+        print(json.dumps({"forward_320_ms_median": round(time_forward(model), 2), "threads": torch.get_num_threads()}))
+    for task in args.tasks.split(","):
+        row = evaluate(model, task, args.n, args.seed, args.gen_length, args.block_length, args.threshold, args.batch)
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

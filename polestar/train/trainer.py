@@ -1,0 +1,219 @@
+"""LLaDA's SFT objective on the task suite: train a LLaDA-architecture model from scratch on the CPU.
+
+Objective (LLaDA §2.3): the prompt is never masked; each response position (answer + EOS padding) is masked
+independently with probability t ~ U(eps, 1), drawn per sequence; the loss is the cross-entropy on masked
+positions weighted by 1/t and normalised by the response length. AdamW with linear warm-up and cosine decay,
+bf16 autocast, gradient clipping. Checkpoints (safetensors + JSON, no pickle) every `ckpt_every` steps; a
+rerun with the same `out_dir` resumes from the last one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from polestar.errors import ConfigError
+from polestar.models.families import LLADA
+from polestar.models.spec import ModelSpec
+from polestar.models.transformer import Transformer
+from polestar.train.data import TaskBatcher
+from polestar.train.tokenizer import train_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    out_dir: str = field(default="runs/polestar-tiny", metadata={"help": "run directory (resumes if it exists)"})
+    d_model: int = field(default=256, metadata={"help": "hidden size"})
+    n_layers: int = field(default=6, metadata={"help": "transformer layers"})
+    n_heads: int = field(default=8, metadata={"help": "attention heads"})
+    mlp_hidden: int = field(default=768, metadata={"help": "SwiGLU inner width"})
+    vocab_size: int = field(default=1024, metadata={"help": "tokenizer size (embedding rows)"})
+    max_seq_len: int = field(default=1024, metadata={"help": "max_sequence_length written to config.json"})
+    steps: int = field(default=4000, metadata={"help": "optimizer steps"})
+    lr: float = field(default=2e-3, metadata={"help": "peak learning rate"})
+    warmup: int = field(default=200, metadata={"help": "linear warm-up steps"})
+    min_lr_ratio: float = field(default=0.05, metadata={"help": "final lr as a fraction of the peak"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay"})
+    grad_clip: float = field(default=1.0, metadata={"help": "gradient norm clip"})
+    token_budget: int = field(default=6144, metadata={"help": "tokens per batch"})
+    response_lengths: tuple[int, ...] = field(default=(64, 128, 256, 256), metadata={"help": "response lengths"})
+    mask_eps: float = field(default=1e-3, metadata={"help": "lower bound of the mask ratio t"})
+    seed: int = field(default=0, metadata={"help": "seed of init and data"})
+    tokenizer_corpus: int = field(default=20000, metadata={"help": "examples per task to train the tokenizer on"})
+    autocast: bool = field(default=True, metadata={"help": "bf16 autocast on CPU"})
+    log_every: int = field(default=25, metadata={"help": "log interval in steps"})
+    ckpt_every: int = field(default=200, metadata={"help": "checkpoint interval in steps"})
+    threads: int = field(default=0, metadata={"help": "torch threads (0: torch's default)"})
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model {self.d_model} must be divisible by n_heads {self.n_heads}")
+        if not 0 < self.mask_eps < 1:
+            raise ConfigError(f"mask_eps must be in (0, 1), got {self.mask_eps}")
+        if self.steps < 1 or self.warmup < 0 or self.token_budget < 64:
+            raise ConfigError("steps ≥ 1, warmup ≥ 0 and token_budget ≥ 64 are required")
+
+
+def llada_config(cfg: TrainConfig, special: dict[str, int]) -> dict:
+    """config.json in LLaDA-8B-Instruct's exact keys (checkpoints.md §1.1), for our size."""
+    return {
+        "model_type": "llada", "architectures": ["LLaDAModelLM"], "d_model": cfg.d_model, "n_heads": cfg.n_heads,
+        "n_kv_heads": cfg.n_heads, "n_layers": cfg.n_layers, "mlp_hidden_size": cfg.mlp_hidden, "mlp_ratio": 4,
+        "activation_type": "silu", "block_type": "llama", "block_group_size": 1, "vocab_size": cfg.vocab_size,
+        "embedding_size": cfg.vocab_size, "weight_tying": False, "rope": True, "rope_full_precision": True,
+        "rope_theta": 10000.0, "alibi": False, "alibi_bias_max": 8.0, "max_sequence_length": cfg.max_seq_len,
+        "layer_norm_type": "rms", "rms_norm_eps": 1e-5, "layer_norm_with_affine": True,
+        "bias_for_layer_norm": False, "attention_layer_norm": False, "attention_layer_norm_with_affine": True,
+        "include_bias": False, "include_qkv_bias": False, "input_emb_norm": False, "scale_logits": False,
+        "flash_attention": False, "attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0,
+        "multi_query_attention": None, "init_device": "meta", "init_fn": "mitchell", "init_std": 0.02,
+        "eos_token_id": special["eos"], "pad_token_id": special["eos"], "bos_token_id": special["bos"],
+        "mask_token_id": special["mask"], "precision": "amp_bf16", "use_cache": False, "torch_dtype": "bfloat16",
+    }
+
+
+def _lr(cfg: TrainConfig, step: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask_id: int, eps: float,
+             generator: torch.Generator) -> torch.Tensor:
+    """LLaDA's SFT loss for one batch: ids [b, L], response [b, L] bool."""
+    b = ids.shape[0]
+    t = eps + (1 - eps) * torch.rand(b, 1, generator=generator)
+    masked = response & (torch.rand(ids.shape, generator=generator) < t)
+    noisy = ids.masked_fill(masked, mask_id)
+    logits = model(noisy)
+    ce = F.cross_entropy(logits[masked].float(), ids[masked], reduction="none")
+    weights = (1.0 / t.expand_as(ids))[masked] / response.sum(1, keepdim=True).expand_as(ids)[masked]
+    return (ce * weights).sum() / b
+
+
+def build_model(cfg: TrainConfig, special: dict[str, int]) -> Transformer:
+    c = llada_config(cfg, special)
+    spec = LLADA.parse(c | {"torch_dtype": "float32"})
+    model = Transformer(spec)
+    model.init_weights(torch.Generator().manual_seed(cfg.seed))
+    return model
+
+
+def train(cfg: TrainConfig, until: int | None = None) -> Path:
+    """Train (or resume) into `cfg.out_dir`; returns the run directory. `until` stops after that many steps
+    in total (checkpointed), so a later call resumes on the same schedule."""
+    from transformers import PreTrainedTokenizerFast
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out_dir)
+    tok_dir = out / "tokenizer"
+    if not (tok_dir / "tokenizer.json").is_file():
+        from polestar import tasks
+
+        corpus = [ex.prompt + "\n" + ex.answer for name in ("arith", "lists") for ex in tasks.make(name, cfg.tokenizer_corpus, 1, "train")]
+        train_tokenizer(corpus + ["user", "assistant"], cfg.vocab_size, tok_dir)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(tok_dir))
+    special = {k: tokenizer.convert_tokens_to_ids(v) for k, v in
+               {"eos": tokenizer.eos_token, "bos": tokenizer.bos_token, "mask": tokenizer.mask_token}.items()}
+    model = build_model(cfg, special)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    start = _resume(out, model, opt)
+    batcher = TaskBatcher(tokenizer, special["eos"], cfg.seed, cfg.token_budget, cfg.response_lengths)
+    model.train()
+    out.mkdir(parents=True, exist_ok=True)
+    t0, logf = time.time(), open(out / "log.jsonl", "a")
+    stop = cfg.steps if until is None else min(until, cfg.steps)
+    for step in range(start, stop):
+        batch = batcher.batch(step)
+        g = torch.Generator().manual_seed(cfg.seed * 7919 + step)
+        for group in opt.param_groups:
+            group["lr"] = _lr(cfg, step)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast):
+            loss = sft_loss(model, batch.ids, batch.response, special["mask"], cfg.mask_eps, g)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        if step % cfg.log_every == 0 or step == cfg.steps - 1:
+            row = {"step": step, "loss": round(loss.item(), 4), "lr": _lr(cfg, step), "grad_norm": round(gnorm.item(), 3),
+                   "batch": list(batch.ids.shape), "elapsed_s": round(time.time() - t0, 1)}
+            logf.write(json.dumps(row) + "\n")
+            logf.flush()
+            log.info("%s", row)
+        if (step + 1) % cfg.ckpt_every == 0 or step == stop - 1:
+            _save(out, model, opt, step + 1, cfg)
+    logf.close()
+    return out
+
+
+def _save(out: Path, model: Transformer, opt: torch.optim.Optimizer, step: int, cfg: TrainConfig) -> None:
+    from safetensors.torch import save_file
+
+    names = {id(p): n for n, p in model.named_parameters()}
+    tensors = {f"model/{n}": p.detach().contiguous() for n, p in model.named_parameters()}
+    for p, state in opt.state.items():
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            tensors[f"opt/{key}/{names[id(p)]}"] = state[key].detach().reshape(-1) if key == "step" else state[key]
+    tmp = out / "state.safetensors.tmp"
+    save_file(tensors, str(tmp))
+    tmp.replace(out / "state.safetensors")
+    (out / "state.json").write_text(json.dumps({"step": step, "config": asdict(cfg)}, indent=2))
+
+
+def _resume(out: Path, model: Transformer, opt: torch.optim.Optimizer) -> int:
+    if not (out / "state.json").is_file():
+        return 0
+    from safetensors.torch import load_file
+
+    step = json.loads((out / "state.json").read_text())["step"]
+    tensors = load_file(str(out / "state.safetensors"))
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(tensors[f"model/{n}"])
+    for n, p in params.items():
+        if f"opt/exp_avg/{n}" in tensors:
+            opt.state[p] = {"step": tensors[f"opt/step/{n}"].reshape(()), "exp_avg": tensors[f"opt/exp_avg/{n}"],
+                            "exp_avg_sq": tensors[f"opt/exp_avg_sq/{n}"]}
+    log.info("resumed %s at step %d", out, step)
+    return step
+
+
+def export(run_dir: Path, dest: Path) -> Path:
+    """Write the trained run as a LLaDA-format checkpoint: config.json, bf16 model.safetensors, tokenizer."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    state = json.loads((run_dir / "state.json").read_text())
+    cfg = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()})
+    tensors = load_file(str(run_dir / "state.safetensors"))
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(run_dir / "tokenizer" / f, dest / f)
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(run_dir / "tokenizer"))
+    special = {k: tok.convert_tokens_to_ids(v) for k, v in
+               {"eos": tok.eos_token, "bos": tok.bos_token, "mask": tok.mask_token}.items()}
+    config = llada_config(cfg, special)
+    spec: ModelSpec = LLADA.parse(config)
+    names = LLADA.tensor_names(spec)
+    out = {theirs: tensors[f"model/{ours}"].to(torch.bfloat16).contiguous() for ours, theirs in names.items()}
+    save_file(out, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    (dest / "config.json").write_text(json.dumps(config, indent=2))
+    return dest
