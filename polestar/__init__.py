@@ -14,6 +14,10 @@ _LAZY = {
     "load_model": ("polestar.models.loader", "load_model"),
     "Transformer": ("polestar.models.transformer", "Transformer"),
     "KVCache": ("polestar.models.cache", "KVCache"),
+    "generate": ("polestar.api", "generate"),
+    "decode": ("polestar.decode", "decode"),
+    "DecodeConfig": ("polestar.config", "DecodeConfig"),
+    "PRESETS": ("polestar.config", "PRESETS"),
 }
 
 

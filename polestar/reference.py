@@ -5,7 +5,8 @@ the canvas is the prompt followed by `gen_length` mask tokens, decoded block by 
 block gets `steps / n_blocks` steps; step i commits a planned number of tokens (the block's masks split
 evenly, the remainder going to the first steps). Every step is one full forward over the whole canvas; each
 masked position of the current block proposes its argmax token (Gumbel-max in float64 when temperature > 0)
-with confidence = the clean softmax probability (float64) of that token; the most confident ones commit.
+with confidence = the clean softmax probability (float64) of that token; the most confident ones commit
+(ties go to the leftmost position).
 
 `threshold` switches the commit rule to confidence-threshold parallel decoding (Fast-dLLM): every masked
 position of the block with confidence ≥ threshold commits, and always at least the most confident one; the
@@ -67,7 +68,7 @@ def generate(
         while bool((canvas[:, start:end] == mask_id).any()):
             logits = model(canvas).double()
             nfe += 1
-            proposal, confidence = _propose(logits, temperature, generator)
+            proposal, confidence = _propose(logits, temperature, generator, mask_id)
             still_masked = canvas == mask_id
             in_block = torch.zeros_like(still_masked)
             in_block[:, start:end] = True
@@ -78,8 +79,9 @@ def generate(
                     continue
                 steps_per_row[row] += 1
                 if threshold is None:
-                    k = plan[row][step]
-                    chosen = confidence[row].topk(k).indices
+                    # stable sort: equal confidences commit left to right, so ties are deterministic
+                    order = torch.sort(confidence[row], descending=True, stable=True).indices
+                    chosen = order[: plan[row][step]]
                 else:
                     chosen = (confidence[row] >= threshold).nonzero().flatten()
                     if chosen.numel() == 0:
@@ -90,14 +92,17 @@ def generate(
 
 
 def _propose(
-    logits: torch.Tensor, temperature: float, generator: torch.Generator | None
+    logits: torch.Tensor, temperature: float, generator: torch.Generator | None, mask_id: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token per position (argmax, or Gumbel-max at `temperature`) and its clean softmax probability."""
+    """Token per position (argmax, or Gumbel-max at `temperature`) and its clean softmax probability.
+    The mask token itself is never proposed."""
     probs = logits.softmax(dim=-1)
+    candidates = logits.clone()
+    candidates[..., mask_id] = float("-inf")
     if temperature > 0:
         u = torch.rand(logits.shape, dtype=torch.float64, generator=generator, device=logits.device)
         gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
-        tokens = (logits / temperature + gumbel).argmax(dim=-1)
+        tokens = (candidates / temperature + gumbel).argmax(dim=-1)
     else:
-        tokens = logits.argmax(dim=-1)
+        tokens = candidates.argmax(dim=-1)
     return tokens, probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

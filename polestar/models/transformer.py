@@ -148,14 +148,27 @@ class Transformer(nn.Module):
             k_all, v_all = cache.layer(index)
             key_pos = torch.arange(cache.length, device=h.device)
             padding = cache.key_padding
-        else:
-            k_all, v_all, key_pos, padding = k, v, positions, None
+        else:  # contiguous like the cache's rows, so both paths run the same attention kernel bit for bit
+            k_all, v_all, key_pos, padding = k.contiguous(), v.contiguous(), positions, None
         q = self.rope.apply(q, positions)
         k_all = self.rope.apply(k_all, key_pos)
         att, probs = self.attend(q, k_all, v_all, padding, need_attn)
         b, n = h.shape[:2]
         x = h + block.wo(att.transpose(1, 2).reshape(b, n, self.spec.d_model))
         return LayerOutput(hidden=block.mlp(x), attn=probs)
+
+    def attention_probs(
+        self, index: int, h: torch.Tensor, positions: torch.Tensor | None, cache: KVCache, rotary: bool = True
+    ) -> torch.Tensor:
+        """Attention probabilities [batch, n_heads, n, length] (≥ fp32) of queries from layer inputs `h`
+        [batch, n, d] over every cached row of layer `index`, without writing anything. With `rotary` off,
+        queries and keys are content only (no position): Polestar's proxy attention."""
+        q, _, _ = self.project_qkv(index, h)
+        k, v = cache.layer(index)
+        if rotary:
+            q = self.rope.apply(q, positions)
+            k = self.rope.apply(k, torch.arange(cache.length, device=h.device))
+        return self.attend(q, k, v, cache.key_padding, need_attn=True)[1]
 
     def project_qkv(self, index: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Normed projections of `h` [batch, n, d]: q [b, heads, n, hd], k and v [b, kv_heads, n, hd]."""

@@ -1,0 +1,85 @@
+"""What every cache policy shares: the `Pass` record, the per-step `StepView`, and row-forward helpers."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+
+from polestar.config import DecodeConfig
+from polestar.models.cache import KVCache
+
+
+@dataclass
+class Pass:
+    """One forward of the loop (one NFE)."""
+
+    logits: torch.Tensor  # [batch, n_targets, vocab]: row i predicts target position i (aligned)
+    kind: str  # "full" | "block" | "prefix" | "query" | "partial-refresh" ...
+    rows: int  # query rows pushed through the first layer
+    refreshed_positions: torch.Tensor | None = None  # positions recomputed beyond the step's own queries
+    refreshed_layers: list[int] = field(default_factory=list)  # layers where that extra recompute happened
+
+
+@dataclass
+class StepView:
+    """What a cache policy may read about the current step (the loop owns and updates it)."""
+
+    canvas: torch.Tensor  # [batch, length]
+    prompt_len: int
+    block: int
+    block_start: int
+    block_end: int
+    step: int  # index within the block; 0 is the block's first forward
+    targets: torch.Tensor  # [n] positions the loop needs predictions for (eligible masked positions)
+
+
+class CachePolicy(ABC):
+    """Base: subclasses implement `forward`; `begin_block` and `observe` default to no-ops."""
+
+    def __init__(self, model, cfg: DecodeConfig) -> None:
+        self.model, self.cfg = model, cfg
+        self.cache: KVCache | None = None
+
+    def begin_block(self, view: StepView) -> None:
+        pass
+
+    @abstractmethod
+    def forward(self, view: StepView) -> Pass:
+        """Run this step's forward (one NFE) and return the logits predicting `view.targets`."""
+
+    def observe(self, view: StepView, logits: torch.Tensor, committed: torch.Tensor) -> None:
+        """After the loop committed `committed` [n_targets] bool (aligned with `view.targets` and `logits`)."""
+
+    # --- helpers ------------------------------------------------------------------------------------
+    def ensure_cache(self, canvas: torch.Tensor) -> KVCache:
+        if self.cache is None or self.cache.length != canvas.shape[1]:
+            self.cache = self.model.new_cache(canvas.shape[0], canvas.shape[1])
+        return self.cache
+
+    def full_pass(self, view: StepView, **outputs) -> tuple[Pass, object]:
+        """Full-canvas forward writing every layer's K/V into the cache."""
+        out = self.model.run(view.canvas, cache=self.ensure_cache(view.canvas), **outputs)
+        return Pass(logits=out.logits[:, view.targets], kind="full", rows=view.canvas.shape[1]), out
+
+    def with_predictors(self, positions: torch.Tensor) -> torch.Tensor:
+        """Sorted union of `positions` and the rows whose outputs predict them (Dream: one to the left)."""
+        return torch.unique(torch.cat([positions, self.model.predicting_rows(positions)]))
+
+    def predict(self, hidden: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Logits for `targets` from final hidden states `hidden` [batch, len(rows), d] of sorted `rows`."""
+        index = torch.searchsorted(rows, self.model.predicting_rows(targets))
+        return self.model.head(hidden[:, index])
+
+    def forward_rows(self, canvas: torch.Tensor, rows: torch.Tensor, need_attn: bool = False):
+        """Push `rows` through every layer against the cache (their K/V rows overwritten); returns the final
+        hidden states [batch, len(rows), d] and, on request, each layer's attention [batch, H, len(rows), L]."""
+        h = self.model.embed(canvas[:, rows])
+        attns = []
+        for index in range(self.model.spec.n_layers):
+            out = self.model.layer(index, h, rows, self.cache, need_attn=need_attn)
+            h = out.hidden
+            if need_attn:
+                attns.append(out.attn)
+        return h, attns

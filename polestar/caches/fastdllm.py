@@ -1,0 +1,62 @@
+"""No cache, and Fast-dLLM's prefix and dual caches (docs/baselines.md §2.2–2.3).
+
+- NoCache: a full-canvas forward every step (LLaDA's sampler).
+- PrefixCache: full forward at block entry; later steps recompute the current block and everything after
+  it, attending to the frozen prefix K/V.
+- DualCache: full forward at block entry; later steps recompute only the current block (its K/V rows
+  overwritten), attending to the frozen prefix and suffix K/V. The loop runs while the block has masks.
+`refresh_interval` k > 0 forces a full forward every k steps inside a block (k = 1: always fresh).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import torch
+
+from polestar.caches.base import CachePolicy, Pass, StepView
+
+
+class NoCache(CachePolicy):
+    def forward(self, view: StepView) -> Pass:
+        out = self.model.run(view.canvas)
+        return Pass(logits=out.logits[:, view.targets], kind="full", rows=view.canvas.shape[1])
+
+
+class _EntryCache(CachePolicy):
+    """Full forward at block entry (and every `refresh_interval` steps); a partial forward otherwise."""
+
+    def _full_now(self, view: StepView) -> bool:
+        k = self.cfg.refresh_interval
+        return self.cache is None or view.step == 0 or (k > 0 and view.step % k == 0)
+
+    def begin_block(self, view: StepView) -> None:
+        self.ensure_cache(view.canvas)
+
+    @abstractmethod
+    def rows(self, view: StepView) -> torch.Tensor:
+        """Sorted positions recomputed by a partial forward."""
+
+    def forward(self, view: StepView) -> Pass:
+        if self._full_now(view):
+            return self.full_pass(view)[0]
+        rows = self.rows(view)
+        hidden, _ = self.forward_rows(view.canvas, rows)
+        return Pass(logits=self.predict(hidden, rows, view.targets), kind=self.partial_kind, rows=len(rows))
+
+
+class PrefixCache(_EntryCache):
+    partial_kind = "prefix"
+
+    def rows(self, view: StepView) -> torch.Tensor:
+        start = int(self.with_predictors(view.targets).min()) if len(view.targets) else view.block_start
+        start = min(start, view.block_start)
+        return torch.arange(start, view.canvas.shape[1], device=view.canvas.device)
+
+
+class DualCache(_EntryCache):
+    partial_kind = "block"
+
+    def rows(self, view: StepView) -> torch.Tensor:
+        block = torch.arange(view.block_start, view.block_end, device=view.canvas.device)
+        return self.with_predictors(torch.cat([block, view.targets]))

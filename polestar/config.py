@@ -1,0 +1,141 @@
+"""Decoding configuration: one frozen dataclass validated in one place, and the named method presets.
+
+Every field carries its help text, its range and its UI group in the field metadata; the CLI flags
+(`polestar.cli_args`) and the app's sliders are generated from them, so the three cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from polestar.errors import ConfigError
+
+
+class CommitRule(StrEnum):
+    QUOTA = "quota"  # LLaDA low-confidence remasking: a planned number of tokens per step
+    THRESHOLD = "threshold"  # Fast-dLLM: every confidence ≥ tau_s, plus the forced top-1
+    FACTOR = "factor"  # Fast-dLLM parallel factor: largest n with (n+1)(1 − c(n)) ≤ factor
+
+
+class CacheKind(StrEnum):
+    NONE = "none"  # full recompute every step
+    PREFIX = "prefix"  # Fast-dLLM prefix cache
+    DUAL = "dual"  # Fast-dLLM dual cache
+    ELASTIC = "elastic"  # Elastic-Cache: attention-drift test on tracked tokens, refresh from that layer on
+    D2 = "d2"  # d2Cache: two-stage query selection + attention-rollout nucleus
+    ENTROPY = "entropy"  # EntropyCache, reconstructed from its paper (no public code)
+
+
+def _f(default: Any, help: str, group: str, lo: float | None = None, hi: float | None = None,
+       step: float | None = None, choices: tuple | None = None) -> Any:
+    meta = {"help": help, "group": group, "min": lo, "max": hi, "step": step, "choices": choices}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    gen_length: int = _f(256, "generated positions (the canvas after the prompt)", "decoding", 8, 1024, 8)
+    block_length: int = _f(32, "semi-autoregressive block size B", "decoding", 1, 1024, 1)
+    steps: int = _f(0, "quota rule: total steps (0 = gen_length, one token per step)", "decoding", 0, 1024, 1)
+    temperature: float = _f(0.0, "sampling temperature (0 = argmax; Gumbel-max in float64 otherwise)", "decoding",
+                            0.0, 2.0, 0.05)
+    seed: int = _f(0, "seed of the sampling generator (ignored at temperature 0)", "decoding", 0, 2**31 - 1, 1)
+    commit: CommitRule = _f(CommitRule.QUOTA, "commit rule", "commit", choices=tuple(CommitRule))
+    tau_s: float = _f(0.9, "confidence threshold τ_s of the threshold rule", "commit", 0.0, 1.0, 0.01)
+    factor: float = _f(1.0, "parallel factor f of the factor rule", "commit", 0.0, 8.0, 0.1)
+    prior_sigma: float = _f(0.0, "d2Cache certainty prior: Gaussian std in positions (0 = off)", "commit",
+                            0.0, 64.0, 0.5)
+    window: int = _f(0, "sliding commit window: the first W masked positions (0 = the current block)", "commit",
+                     0, 1024, 1)
+    cache: CacheKind = _f(CacheKind.NONE, "cache policy", "cache", choices=tuple(CacheKind))
+    refresh_interval: int = _f(0, "prefix/dual: full refresh every k steps inside a block (0 = block entry only)",
+                               "cache", 0, 1024, 1)
+    elastic_gamma: float = _f(0.9, "Elastic-Cache: refresh when tracked attention similarity < γ", "elastic",
+                              0.0, 1.0, 0.01)
+    elastic_track: int = _f(1, "Elastic-Cache: most-attended tokens tracked per layer", "elastic", 1, 64, 1)
+    d2_k: int = _f(32, "d2Cache: masked candidates queried per step", "d2cache", 1, 1024, 1)
+    d2_rollout_p: float = _f(0.1, "d2Cache: attention-rollout nucleus mass", "d2cache", 0.0, 1.0, 0.01)
+    entropy_tau: float = _f(1.0, "EntropyCache: full recompute when a token decoded last step had entropy > τ "
+                            "(nats)", "entropycache", 0.0, 20.0, 0.05)
+    entropy_k: int = _f(4, "EntropyCache: recently decoded tokens re-queried on skip steps", "entropycache",
+                        0, 256, 1)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value, meta = getattr(self, f.name), f.metadata
+            if meta["choices"] is not None:
+                kind = type(f.default)
+                try:
+                    object.__setattr__(self, f.name, kind(value))
+                except ValueError:
+                    allowed = ", ".join(str(c) for c in meta["choices"])
+                    raise ConfigError(f"{f.name}={value!r} is not allowed: choose one of {allowed}") from None
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{f.name} must be a number, got {value!r}")
+            if isinstance(f.default, int) and not isinstance(f.default, bool) and value != int(value):
+                raise ConfigError(f"{f.name} must be an integer, got {value!r}")
+            if not meta["min"] <= value <= meta["max"]:
+                raise ConfigError(f"{f.name}={value} is out of range: use a value in [{meta['min']}, {meta['max']}]")
+        if self.gen_length % self.block_length:
+            raise ConfigError(
+                f"gen_length={self.gen_length} is not a multiple of block_length={self.block_length}: "
+                f"pick a gen_length in steps of {self.block_length}"
+            )
+        n_blocks = self.gen_length // self.block_length
+        if self.commit == CommitRule.QUOTA and self.total_steps % n_blocks:
+            raise ConfigError(
+                f"steps={self.total_steps} must be a multiple of the number of blocks ({n_blocks}) for the quota rule"
+            )
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps or self.gen_length
+
+    @property
+    def n_blocks(self) -> int:
+        return self.gen_length // self.block_length
+
+    def replace(self, **overrides: Any) -> "DecodeConfig":
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            known = ", ".join(f.name for f in dataclasses.fields(self))
+            raise ConfigError(f"unknown config field(s) {', '.join(unknown)}: known fields are {known}")
+        return dataclasses.replace(self, **overrides)
+
+
+BASELINE = DecodeConfig()
+PARALLEL = DecodeConfig(commit=CommitRule.THRESHOLD)
+FAST_DLLM = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.DUAL)
+FAST_DLLM_PREFIX = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.PREFIX)
+# Elastic-Cache's LLaDA defaults: γ 0.9, one tracked token per layer, a 32-position sliding window, τ 0.9.
+ELASTIC_CACHE = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.ELASTIC, window=32)
+# d2Cache's defaults: 32 masked candidates, rollout nucleus p 0.1, one token per step ranked with the certainty
+# prior (σ 10, d2Cache's LLaDA setting is unverified: see docs/baselines.md §2.8).
+D2CACHE = DecodeConfig(commit=CommitRule.QUOTA, cache=CacheKind.D2, prior_sigma=10.0)
+# EntropyCache (reconstructed): threshold decoding on the d2Cache-style query forward, entropy-triggered refresh.
+ENTROPY_CACHE = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.ENTROPY)
+
+PRESETS: dict[str, DecodeConfig] = {
+    "baseline": BASELINE,
+    "parallel": PARALLEL,
+    "fast-dllm": FAST_DLLM,
+    "fast-dllm-prefix": FAST_DLLM_PREFIX,
+    "elastic-cache": ELASTIC_CACHE,
+    "d2cache": D2CACHE,
+    "entropy-cache": ENTROPY_CACHE,
+}
+
+
+def resolve(method: str | DecodeConfig, **overrides: Any) -> DecodeConfig:
+    """A preset by name (or a config) with field overrides; every error names the field or the method."""
+    if isinstance(method, DecodeConfig):
+        base = method
+    elif method in PRESETS:
+        base = PRESETS[method]
+    else:
+        raise ConfigError(f"unknown method {method!r}: choose one of {', '.join(PRESETS)}")
+    return base.replace(**overrides) if overrides else base

@@ -1,0 +1,175 @@
+"""The decode loop: the only block/step loop in the project. Every method is a cache policy × a commit rule.
+
+Terms (LLaDA arXiv 2502.09992, Fast-dLLM arXiv 2505.22618, Polestar arXiv 2607.14107):
+- canvas: prompt (P tokens) + G = gen_length positions initialised to the mask token;
+- block b: positions [P + bB, P + (b+1)B), decoded left to right (semi-autoregressive);
+- step: one forward while block b still has masks (the loop never stops at the first EOS: the whole
+  fixed-length trajectory runs, as the paper measures). A block fully committed before its turn is
+  skipped with 0 NFE;
+- NFE: number of forwards. TPF = non-EOS tokens of the final generated region / NFE; tokens per step =
+  all committed tokens / NFE; TPS = non-EOS tokens / decode wall time (device synchronised).
+Per step: the commit window gives the target positions (the block's masks, or the first W masked positions
+with a sliding window); the cache policy runs one forward and returns logits for them; proposals and
+confidences follow; the commit rule picks positions; the loop writes them into the canvas.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from polestar.caches import make_cache_policy
+from polestar.caches.base import StepView
+from polestar.config import CommitRule, DecodeConfig
+from polestar.errors import ConfigError
+from polestar.policies.commit import make_commit_policy
+from polestar.policies.sampling import certainty_density, propose
+from polestar.reference import planned_commits
+from polestar.trace import Commit, StepEvent, Trace
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DecodeResult:
+    canvas: torch.Tensor  # [batch, prompt_len + gen_length]
+    prompt_len: int
+    nfe: int
+    committed: int  # tokens committed (= gen_length)
+    content_tokens: int  # non-EOS tokens in the generated region
+    wall_s: float
+    trace: Trace | None
+
+    @property
+    def token_ids(self) -> torch.Tensor:
+        return self.canvas[0, self.prompt_len:]
+
+    @property
+    def tpf(self) -> float:
+        return self.content_tokens / self.nfe if self.nfe else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.committed / self.nfe if self.nfe else 0.0
+
+    @property
+    def tps(self) -> float:
+        return self.content_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.no_grad()
+def decode(
+    model,
+    prompt_ids: torch.Tensor,
+    cfg: DecodeConfig,
+    trace: bool = False,
+    on_step: Callable[[StepEvent, torch.Tensor], bool | None] | None = None,
+) -> DecodeResult:
+    """Decode `prompt_ids` [1, P] with `cfg`. `on_step(event, canvas)` is called after every step when given
+    (it implies tracing); returning True stops the decode after that step."""
+    if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1:
+        raise ConfigError(f"prompt_ids must have shape [1, prompt_len] (batch 1), got {list(prompt_ids.shape)}")
+    prompt_len = prompt_ids.shape[1]
+    if prompt_len == 0:
+        raise ConfigError("the prompt is empty: give at least one token")
+    length = prompt_len + cfg.gen_length
+    if length > model.spec.max_seq_len:
+        raise ConfigError(
+            f"prompt ({prompt_len}) + gen_length ({cfg.gen_length}) = {length} exceeds the model's maximum "
+            f"sequence length {model.spec.max_seq_len}: shorten the prompt or lower gen_length"
+        )
+    device, mask_id = prompt_ids.device, model.mask_id
+    trace = trace or on_step is not None
+    masks = torch.full((1, cfg.gen_length), mask_id, dtype=prompt_ids.dtype, device=device)
+    canvas = torch.cat([prompt_ids, masks], dim=1)
+    generator = torch.Generator(device=device).manual_seed(cfg.seed) if cfg.temperature > 0 else None
+    cache_policy = make_cache_policy(cfg, model)
+    commit_policy = make_commit_policy(cfg)
+    steps_per_block = cfg.total_steps // cfg.n_blocks
+    record = Trace(prompt_len, cfg.gen_length, cfg.block_length) if trace else None
+    nfe, stop = 0, False
+    _sync(device)
+    t_start = time.perf_counter()
+
+    for block in range(cfg.n_blocks):
+        start = prompt_len + block * cfg.block_length
+        end = start + cfg.block_length
+        n_masked = int((canvas[0, start:end] == mask_id).sum())
+        if n_masked == 0:
+            continue
+        plan = planned_commits(n_masked, steps_per_block) if cfg.commit == CommitRule.QUOTA else []
+        view = StepView(canvas, prompt_len, block, start, end, 0, _targets(canvas, start, end, cfg, mask_id))
+        cache_policy.begin_block(view)
+        while n_masked > 0 and not stop:
+            t_step = time.perf_counter()
+            view.targets = _targets(canvas, start, end, cfg, mask_id)
+            result = cache_policy.forward(view)
+            nfe += 1
+            tokens, confidence = propose(result.logits, cfg.temperature, generator, mask_id)
+            rank = confidence
+            if cfg.prior_sigma > 0:
+                decoded = canvas[:, prompt_len:] != mask_id
+                rank = confidence * certainty_density(decoded, cfg.prior_sigma)[:, view.targets - prompt_len]
+            k = plan[view.step] if view.step < len(plan) else 1
+            commit = commit_policy.select(confidence, rank, k)
+            chosen = commit.mask[0]
+            positions = view.targets[chosen]
+            canvas[0, positions] = tokens[0, chosen]
+            cache_policy.observe(view, result.logits, chosen)
+            n_masked = int((canvas[0, start:end] == mask_id).sum())
+            if record is not None:
+                _sync(device)
+                event = _event(view, result, nfe, tokens, confidence, commit, cfg, t_step)
+                record.events.append(event)
+                if on_step is not None and on_step(event, canvas):
+                    stop = True
+            view.step += 1
+        if stop:
+            break
+
+    _sync(device)
+    wall = time.perf_counter() - t_start
+    generated = canvas[0, prompt_len:]
+    return DecodeResult(
+        canvas=canvas,
+        prompt_len=prompt_len,
+        nfe=nfe,
+        committed=int((generated != mask_id).sum()),
+        content_tokens=int(((generated != mask_id) & (generated != model.eos_id)).sum()),
+        wall_s=wall,
+        trace=record,
+    )
+
+
+def _targets(canvas: torch.Tensor, start: int, end: int, cfg: DecodeConfig, mask_id: int) -> torch.Tensor:
+    """Positions eligible for commit: the block's masks, or the first `window` masks from the block start."""
+    if cfg.window > 0:
+        return ((canvas[0, start:] == mask_id).nonzero().flatten() + start)[: cfg.window]
+    return (canvas[0, start:end] == mask_id).nonzero().flatten() + start
+
+
+def _event(view: StepView, result, nfe: int, tokens, confidence, commit, cfg: DecodeConfig, t0: float) -> StepEvent:
+    chosen = commit.mask[0]
+    positions = view.targets[chosen].tolist()
+    forced = commit.forced[0][chosen].tolist()
+    base_reason = {CommitRule.QUOTA: "quota", CommitRule.THRESHOLD: "threshold", CommitRule.FACTOR: "factor"}
+    commits = [
+        Commit(position=p, gen_index=p - view.prompt_len, token=t, confidence=c,
+               reason="forced" if f else base_reason[cfg.commit])
+        for p, t, c, f in zip(positions, tokens[0, chosen].tolist(), confidence[0, chosen].tolist(), forced)
+    ]
+    refreshed = [] if result.refreshed_positions is None else result.refreshed_positions.tolist()
+    return StepEvent(
+        block=view.block, step=view.step, nfe=nfe, kind=result.kind, rows=result.rows, commits=commits,
+        refreshed_positions=refreshed, refreshed_layers=list(result.refreshed_layers),
+        ms=(time.perf_counter() - t0) * 1000,
+    )

@@ -1,0 +1,142 @@
+"""The decode loop: equivalences between methods, determinism, metrics, trace, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import polestar
+from polestar.config import PRESETS, resolve
+from polestar.decode import decode
+from polestar.errors import ConfigError
+from polestar.reference import generate as reference_generate
+from tests.tiny_checkpoints import write_checkpoint
+
+PROMPT = [5, 9, 11, 7, 13, 20, 21, 8]
+
+
+@pytest.fixture(scope="module", params=["llada", "dream"])
+def tiny(request, tmp_path_factory):
+    root = write_checkpoint(tmp_path_factory.mktemp(request.param), request.param, kv_heads=2)
+    return polestar.load_model(root)
+
+
+def _ids(model) -> torch.Tensor:
+    return torch.tensor([PROMPT], device=model.device)
+
+
+def test_baseline_equals_reference_sampler(tiny):
+    cfg = resolve("baseline", gen_length=32, block_length=8)
+    ours = decode(tiny, _ids(tiny), cfg)
+    ref = reference_generate(tiny, _ids(tiny), 32, 8)
+    assert torch.equal(ours.canvas, ref.canvas)
+    assert ours.nfe == ref.nfe == 32
+
+
+def test_parallel_equals_reference_threshold(tiny):
+    cfg = resolve("parallel", gen_length=32, block_length=8, tau_s=0.05)
+    ours = decode(tiny, _ids(tiny), cfg)
+    ref = reference_generate(tiny, _ids(tiny), 32, 8, threshold=0.05)
+    assert torch.equal(ours.canvas, ref.canvas) and ours.nfe == ref.nfe
+
+
+@pytest.mark.parametrize("method", ["fast-dllm", "fast-dllm-prefix"])
+def test_cache_refreshed_every_step_equals_no_cache(tiny, method):
+    cached = decode(tiny, _ids(tiny), resolve(method, gen_length=32, block_length=8, refresh_interval=1, tau_s=0.05))
+    fresh = decode(tiny, _ids(tiny), resolve("parallel", gen_length=32, block_length=8, tau_s=0.05))
+    assert torch.equal(cached.canvas, fresh.canvas) and cached.nfe == fresh.nfe
+
+
+def test_block_equal_to_gen_length_is_one_block(tiny):
+    out = decode(tiny, _ids(tiny), resolve("baseline", gen_length=16, block_length=16))
+    ref = reference_generate(tiny, _ids(tiny), 16, 16)
+    assert torch.equal(out.canvas, ref.canvas)
+
+
+@pytest.mark.parametrize("method", list(PRESETS))
+def test_every_preset_runs_and_fills_the_canvas(tiny, method):
+    out = decode(tiny, _ids(tiny), resolve(method, gen_length=32, block_length=8, d2_k=8), trace=True)
+    gen = out.token_ids
+    assert gen.shape == (32,) and not (gen == tiny.mask_id).any()
+    assert out.committed == 32 and 4 <= out.nfe <= 32 + 4
+    assert out.tokens_per_step == pytest.approx(32 / out.nfe)
+    assert out.tpf == pytest.approx(int((gen != tiny.eos_id).sum()) / out.nfe)
+    steps, commits = out.trace.frames()
+    assert len(steps) == out.nfe and len(commits) == 32
+    assert sorted(commits["gen_index"].tolist()) == list(range(32))
+    assert set(commits["reason"]) <= {"quota", "threshold", "forced", "factor"}
+
+
+def test_seed_determinism(tiny):
+    cfg = resolve("parallel", gen_length=16, block_length=8, temperature=1.0)
+    a = decode(tiny, _ids(tiny), cfg.replace(seed=1)).canvas
+    b = decode(tiny, _ids(tiny), cfg.replace(seed=1)).canvas
+    c = decode(tiny, _ids(tiny), cfg.replace(seed=2)).canvas
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    greedy = [decode(tiny, _ids(tiny), cfg.replace(temperature=0.0, seed=s)).canvas for s in (1, 2)]
+    assert torch.equal(*greedy)
+
+
+def test_trace_saves_to_parquet(tiny, tmp_path):
+    out = decode(tiny, _ids(tiny), resolve("fast-dllm", gen_length=16, block_length=8), trace=True)
+    steps_path, commits_path = out.trace.save(tmp_path / "run")
+    import pandas as pd
+
+    steps = pd.read_parquet(steps_path)
+    assert list(steps["pass"][:1]) == ["full"] and set(steps["pass"]) <= {"full", "block"}
+    assert pd.read_parquet(commits_path)["confidence"].between(0, 1).all()
+
+
+def test_stop_from_callback_ends_within_one_step(tiny):
+    seen = []
+    out = decode(tiny, _ids(tiny), resolve("baseline", gen_length=16, block_length=8),
+                 on_step=lambda event, canvas: seen.append(event.nfe) or len(seen) == 3)
+    assert out.nfe == 3 and seen == [1, 2, 3]
+
+
+def test_tracing_off_records_nothing(tiny):
+    assert decode(tiny, _ids(tiny), resolve("fast-dllm", gen_length=16, block_length=8)).trace is None
+
+
+def test_bad_input(tiny):
+    with pytest.raises(ConfigError, match="multiple of block_length"):
+        resolve("fast-dllm", gen_length=40, block_length=32)
+    with pytest.raises(ConfigError, match="exceeds the model's maximum sequence length 256"):
+        decode(tiny, _ids(tiny), resolve("baseline", gen_length=256, block_length=32))
+    with pytest.raises(ConfigError, match="prompt is empty"):
+        decode(tiny, torch.zeros(1, 0, dtype=torch.long), resolve("baseline"))
+    with pytest.raises(ConfigError, match="prompt is empty"):
+        polestar.generate(tiny, "   ", "baseline")
+    with pytest.raises(ConfigError, match="unknown method 'fastest'"):
+        polestar.generate(tiny, PROMPT, "fastest")
+    with pytest.raises(ConfigError, match=r"unknown config field\(s\) tau"):
+        polestar.generate(tiny, PROMPT, "baseline", tau=0.5)
+    with pytest.raises(ConfigError, match=r"tau_s=1.5 is out of range: use a value in \[0.0, 1.0\]"):
+        polestar.generate(tiny, PROMPT, "parallel", tau_s=1.5)
+
+
+def test_generate_api_text_and_ids(tiny):
+    r = polestar.generate(tiny, "the cat sat on the mat", "fast-dllm", gen_length=16, block_length=8)
+    assert len(r.token_ids) == 16 and isinstance(r.text, str) and r.nfe >= 2
+    assert r.prompt_ids[0] == tiny.tokenizer.convert_tokens_to_ids("<|start_header_id|>") or tiny.spec.family == "dream"
+    raw = polestar.generate(tiny, "the cat", "fast-dllm", raw=True, gen_length=16, block_length=8)
+    assert len(raw.prompt_ids) == 2
+
+
+def test_cli_generate_json(tmp_path):
+    root = write_checkpoint(tmp_path / "m", "llada")
+    proc = subprocess.run(
+        [sys.executable, "-m", "polestar", "generate", "--model", str(root), "--prompt", "the cat", "--method",
+         "fast-dllm", "--gen-length", "16", "--block-length", "8", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {"text", "nfe", "tpf", "tps"} <= set(summary)
+    bad = subprocess.run([sys.executable, "-m", "polestar", "generate", "--model", str(root), "--prompt", "x",
+                          "--gen-length", "20"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "multiple of block_length" in bad.stderr
