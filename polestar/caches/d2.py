@@ -73,9 +73,10 @@ class D2Cache(CachePolicy):
             block = self.cfg.block_length
             end = p + ((boundary - p) // block + 1) * block
             candidates = masked[masked < end]
-        decoded = (canvas[p:] != mask_id).unsqueeze(0)
-        density = certainty_density(decoded, max(self.cfg.prior_sigma, 1e-3))[0, candidates - p]
-        score = self.confidence[candidates] * density
+        score = self.confidence[candidates]
+        if self.cfg.prior_sigma > 0:
+            decoded = (canvas[p:] != mask_id).unsqueeze(0)
+            score = score * certainty_density(decoded, self.cfg.prior_sigma)[0, candidates - p]
         score = score + (candidates < view.block_end).double() * (score.max() if len(score) else 0)
         top = candidates[score.topk(min(self.cfg.d2_k, len(candidates))).indices]
         chosen = torch.unique(torch.cat([top, new]))
