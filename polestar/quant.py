@@ -1,0 +1,184 @@
+"""Hidden-state quantization formats for Polestar's cached layer inputs (spec §2, paper Table 11).
+
+`get_format(name)` returns an object with `quantize(x) -> Quantized` and `dequantize(q) -> Tensor`, `x` of
+shape [..., channels]. Formats:
+- "fp16": no quantization (half precision storage);
+- "fp8": FP8 E4M3 with one fp32 scale per tensor (amax / 448);
+- "int8", "int2": symmetric integers, one scale per 16 consecutive channels (absmax / qmax; int2 keeps
+  {−1, 0, 1});
+- "mxfp4": E2M1 values with one E8M0 (power-of-two) scale per 32 channels (OCP MX: 2^(⌊log2 amax⌋ − 2));
+- "nvfp4": E2M1 values with one FP8-E4M3 scale per 16 channels and one fp32 scale per tensor:
+  S = amax(|x|) / (6·448), s_g = e4m3(amax_g / (6·S)), q = RNE_E2M1(x / (s_g·S));
+- "nvfp4-residual" (Polestar's default), "mxfp4-residual", "int8-residual"...: any format applied to
+  x − anchor, where the caller gives the anchor (the member's cluster centroid at quantization time); the
+  anchor is stored with the codes, so dequantization is exact whatever happens to the live centroid later.
+E2M1 codes are packed two per byte (low nibble first): bit 3 is the sign, bits 0–2 index the magnitudes
+{0, 0.5, 1, 1.5, 2, 3, 4, 6}. Rounding is round-to-nearest, ties to the even code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from polestar.errors import ConfigError
+
+E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+E4M3_MAX = 448.0
+FP4_MAX = 6.0
+
+
+@dataclass
+class Quantized:
+    """Codes and scales of one quantized tensor; `shape` is the original shape."""
+
+    shape: tuple[int, ...]
+    codes: torch.Tensor
+    scales: torch.Tensor | None = None
+    tensor_scale: torch.Tensor | None = None
+    anchor: torch.Tensor | None = None  # residual formats: anchor table [K, channels] (a snapshot)
+    anchor_index: torch.Tensor | None = None  # residual formats: row -> anchor row [n]
+
+    def nbytes(self) -> int:
+        parts = (self.codes, self.scales, self.tensor_scale, self.anchor, self.anchor_index)
+        return sum(p.numel() * p.element_size() for p in parts if p is not None)
+
+
+def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
+    """Round fp32 `x` (already scaled into [−6, 6]) to 4-bit E2M1 codes (uint8 0..15), RNE on the grid."""
+    grid = torch.tensor(E2M1_GRID, dtype=torch.float32, device=x.device)
+    mag = x.abs().clamp(max=FP4_MAX)
+    mids = (grid[1:] + grid[:-1]) / 2
+    index = torch.bucketize(mag, mids)  # mag == mid goes to the lower code
+    tie = (index < len(mids)) & (mag == mids.clamp(max=FP4_MAX)[index.clamp(max=len(mids) - 1)])
+    index = torch.where(tie & (index % 2 == 1), index + 1, index)  # ties to the even code
+    sign = (x < 0) & (index > 0)
+    return (index + 8 * sign).to(torch.uint8)
+
+
+def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
+    grid = torch.tensor(E2M1_GRID, dtype=torch.float32, device=codes.device)
+    mag = grid[(codes & 7).long()]
+    return torch.where(codes >= 8, -mag, mag)
+
+
+def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    """[..., 2n] uint8 codes < 16 -> [..., n] bytes (low nibble = even index)."""
+    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+
+
+def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    return torch.stack([packed & 15, packed >> 4], dim=-1).flatten(-2)
+
+
+def _groups(x: torch.Tensor, size: int) -> torch.Tensor:
+    if x.shape[-1] % size:
+        raise ConfigError(f"the channel count {x.shape[-1]} must be a multiple of the group size {size}")
+    return x.float().reshape(*x.shape[:-1], x.shape[-1] // size, size)
+
+
+class NoQuant:
+    name = "fp16"
+
+    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None) -> Quantized:
+        return Quantized(tuple(x.shape), x.to(torch.float16))
+
+    def dequantize(self, q: Quantized) -> torch.Tensor:
+        return q.codes.float()
+
+
+class FP8:
+    name = "fp8"
+
+    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None) -> Quantized:
+        scale = (x.float().abs().amax() / E4M3_MAX).clamp_min(torch.finfo(torch.float32).tiny)
+        return Quantized(tuple(x.shape), (x.float() / scale).to(torch.float8_e4m3fn), tensor_scale=scale)
+
+    def dequantize(self, q: Quantized) -> torch.Tensor:
+        return q.codes.float() * q.tensor_scale
+
+
+class IntN:
+    def __init__(self, bits: int, group: int = 16) -> None:
+        self.bits, self.group, self.qmax = bits, group, 2 ** (bits - 1) - 1
+        self.name = f"int{bits}"
+
+    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None) -> Quantized:
+        g = _groups(x, self.group)
+        scale = (g.abs().amax(-1, keepdim=True) / self.qmax).clamp_min(torch.finfo(torch.float32).tiny)
+        codes = torch.round(g / scale).clamp(-self.qmax, self.qmax).to(torch.int8)
+        return Quantized(tuple(x.shape), codes, scales=scale.squeeze(-1))
+
+    def dequantize(self, q: Quantized) -> torch.Tensor:
+        return (q.codes.float() * q.scales.unsqueeze(-1)).reshape(q.shape)
+
+
+class MXFP4:
+    name, group = "mxfp4", 32
+
+    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None) -> Quantized:
+        g = _groups(x, self.group)
+        amax = g.abs().amax(-1, keepdim=True)
+        exponent = torch.floor(torch.log2(amax.clamp_min(2.0**-126))) - 2  # E2M1's largest exponent is 2
+        exponent = exponent.clamp(-127, 127)
+        codes = e2m1_encode(g / torch.exp2(exponent))
+        return Quantized(tuple(x.shape), pack_nibbles(codes), scales=(exponent.squeeze(-1) + 127).to(torch.uint8))
+
+    def dequantize(self, q: Quantized) -> torch.Tensor:
+        values = e2m1_decode(unpack_nibbles(q.codes))
+        return (values * torch.exp2(q.scales.float() - 127).unsqueeze(-1)).reshape(q.shape)
+
+
+class NVFP4:
+    name, group = "nvfp4", 16
+
+    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None) -> Quantized:
+        g = _groups(x, self.group)
+        tensor_scale = (g.abs().amax() / (FP4_MAX * E4M3_MAX)).clamp_min(torch.finfo(torch.float32).tiny)
+        block = (g.abs().amax(-1, keepdim=True) / (FP4_MAX * tensor_scale)).to(torch.float8_e4m3fn)
+        denom = block.float() * tensor_scale
+        safe = torch.where(denom > 0, denom, torch.ones_like(denom))
+        codes = e2m1_encode(torch.where(denom > 0, g / safe, torch.zeros_like(g)))
+        return Quantized(tuple(x.shape), pack_nibbles(codes), scales=block.squeeze(-1), tensor_scale=tensor_scale)
+
+    def dequantize(self, q: Quantized) -> torch.Tensor:
+        values = e2m1_decode(unpack_nibbles(q.codes))
+        return (values * (q.scales.float() * q.tensor_scale).unsqueeze(-1)).reshape(q.shape)
+
+
+class Residual:
+    """Quantize x − anchor[index] with `inner`; the anchor table is snapshotted, so dequantization adds back
+    exactly what was subtracted even after the caller's live centroids move."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.name = inner, f"{inner.name}-residual"
+
+    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None,
+                 index: torch.Tensor | None = None) -> Quantized:
+        """x [n, channels]; anchor [K, channels] with index [n] (row i uses anchor[index[i]]), or [channels]."""
+        if anchor is None:
+            raise ConfigError(f"{self.name} needs an anchor (the cluster centroids) for its rows")
+        table = anchor.float().reshape(-1, x.shape[-1]).clone()
+        if index is None:
+            index = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        q = self.inner.quantize(x.float() - table[index])
+        q.anchor, q.anchor_index = table, index.clone()
+        return q
+
+    def dequantize(self, q: Quantized) -> torch.Tensor:
+        return self.inner.dequantize(q) + q.anchor[q.anchor_index]
+
+
+_BASE = {"fp16": NoQuant, "fp8": FP8, "int8": lambda: IntN(8), "int2": lambda: IntN(2), "mxfp4": MXFP4,
+         "nvfp4": NVFP4}
+FORMATS = (*_BASE, *(f"{n}-residual" for n in _BASE if n != "fp16"))
+
+
+def get_format(name: str):
+    """A quantization format by name (see FORMATS)."""
+    if name in _BASE:
+        return _BASE[name]()
+    if name.endswith("-residual") and name.removesuffix("-residual") in _BASE and name != "fp16-residual":
+        return Residual(_BASE[name.removesuffix("-residual")]())
+    raise ConfigError(f"unknown hidden format {name!r}: choose one of {', '.join(FORMATS)}")
