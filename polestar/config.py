@@ -12,12 +12,23 @@ from enum import StrEnum
 from typing import Any
 
 from polestar.errors import ConfigError
+from polestar.quant import FORMATS
 
 
 class CommitRule(StrEnum):
     QUOTA = "quota"  # LLaDA low-confidence remasking: a planned number of tokens per step
     THRESHOLD = "threshold"  # Fast-dLLM: every confidence ≥ tau_s, plus the forced top-1
     FACTOR = "factor"  # Fast-dLLM parallel factor: largest n with (n+1)(1 − c(n)) ≤ factor
+
+
+class EntrySchedule(StrEnum):
+    ALTERNATE = "alternate"  # paper: full entry on even blocks, windowed on odd ones
+    CODE = "code"  # public code: windowed entry only when b % 4 == 3
+
+
+class DriftReference(StrEnum):
+    LAST_REFRESH = "last_refresh"  # public code: drift accumulates since the last refresh / block entry
+    PREVIOUS_STEP = "previous_step"  # Algorithm 1 literally
 
 
 class CacheKind(StrEnum):
@@ -27,6 +38,7 @@ class CacheKind(StrEnum):
     ELASTIC = "elastic"  # Elastic-Cache: attention-drift test on tracked tokens, refresh from that layer on
     D2 = "d2"  # d2Cache: two-stage query selection + attention-rollout nucleus
     ENTROPY = "entropy"  # EntropyCache, reconstructed from its paper (no public code)
+    POLESTAR = "polestar"  # Polestar-Cache (+ Polestar-Commit per the switches)
 
 
 def _f(default: Any, help: str, group: str, lo: float | None = None, hi: float | None = None,
@@ -62,17 +74,43 @@ class DecodeConfig:
                             "(nats)", "entropycache", 0.0, 20.0, 0.05)
     entropy_k: int = _f(4, "EntropyCache: recently decoded tokens re-queried on skip steps", "entropycache",
                         0, 256, 1)
+    polestar_cache: bool = _f(True, "Polestar-Cache: windowed entries, clustered drift, sparse refresh", "polestar")
+    current_commit: bool = _f(True, "Polestar-Commit: early commit on drift events in the current block", "polestar")
+    suffix_commit: bool = _f(True, "Polestar-Commit: commit suffix tokens from refreshed logits", "polestar")
+    window_prefix: int = _f(2, "local window before the block, in blocks (2 = 2B)", "polestar", 0, 8, 1)
+    window_suffix: int = _f(1, "local window after the block, in blocks (1 = B)", "polestar", 0, 8, 1)
+    n_centroids: int = _f(8, "clusters K per layer, split prefix/suffix by length", "polestar", 2, 64, 1)
+    top_k: int = _f(4, "clusters refreshed per layer on a refresh step", "polestar", 1, 64, 1)
+    top_k_last_layer: int = _f(4, "clusters refreshed at the final layer (public code: 1)", "polestar", 1, 64, 1)
+    tau_upd: int = _f(3, "refresh after a step committing ≥ τ_upd−1 or τ_upd cumulative tokens (0 = never)",
+                      "polestar", 0, 64, 1)
+    history: int = _f(5, "drift history h: the last h drift vectors of the block", "polestar", 0, 64, 1)
+    alpha: float = _f(10.0, "early-commit gate τ_d = α(τ_s − c)²", "polestar", 0.0, 100.0, 0.5)
+    tau_early: float = _f(0.7, "early commit needs confidence above this", "polestar", 0.0, 1.0, 0.01)
+    delta_max: float = _f(2.0, "early commit needs drift delta below this", "polestar", 0.0, 100.0, 0.1)
+    tau_suffix: float = _f(0.9, "suffix commit confidence threshold", "polestar", 0.0, 1.0, 0.01)
+    hidden_format: str = _f("nvfp4-residual", "format of the cached window hidden states", "polestar",
+                            choices=FORMATS)
+    entry_schedule: EntrySchedule = _f(EntrySchedule.ALTERNATE, "block-entry schedule", "polestar",
+                                       choices=tuple(EntrySchedule))
+    drift_reference: DriftReference = _f(DriftReference.LAST_REFRESH, "reference of the cluster drift", "polestar",
+                                         choices=tuple(DriftReference))
+    kmeans_iters: int = _f(5, "spherical k-means iterations", "polestar", 1, 50, 1)
+    measure_staleness: bool = _f(False, "measure KV staleness against a full recompute each step (not counted "
+                                 "in NFE or TPS)", "analysis")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value, meta = getattr(self, f.name), f.metadata
             if meta["choices"] is not None:
-                kind = type(f.default)
-                try:
-                    object.__setattr__(self, f.name, kind(value))
-                except ValueError:
+                if str(value) not in [str(c) for c in meta["choices"]]:
                     allowed = ", ".join(str(c) for c in meta["choices"])
-                    raise ConfigError(f"{f.name}={value!r} is not allowed: choose one of {allowed}") from None
+                    raise ConfigError(f"{f.name}={value!r} is not allowed: choose one of {allowed}")
+                object.__setattr__(self, f.name, type(f.default)(str(value)))
+                continue
+            if isinstance(f.default, bool):
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{f.name} must be true or false, got {value!r}")
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ConfigError(f"{f.name} must be a number, got {value!r}")
@@ -118,6 +156,11 @@ ELASTIC_CACHE = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.ELASTI
 D2CACHE = DecodeConfig(commit=CommitRule.QUOTA, cache=CacheKind.D2, prior_sigma=10.0)
 # EntropyCache (reconstructed): threshold decoding on the d2Cache-style query forward, entropy-triggered refresh.
 ENTROPY_CACHE = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.ENTROPY)
+# Polestar (paper Table 5 defaults) on Fast-dLLM's dual cache + threshold rule.
+POLESTAR = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.POLESTAR)
+POLESTAR_CACHE_ONLY = POLESTAR.replace(current_commit=False, suffix_commit=False)
+# The public code's choices: windowed entry only every 4th block, top-1 cluster at the last layer.
+POLESTAR_CODE = POLESTAR.replace(entry_schedule=EntrySchedule.CODE, top_k_last_layer=1)
 
 PRESETS: dict[str, DecodeConfig] = {
     "baseline": BASELINE,
@@ -127,6 +170,9 @@ PRESETS: dict[str, DecodeConfig] = {
     "elastic-cache": ELASTIC_CACHE,
     "d2cache": D2CACHE,
     "entropy-cache": ENTROPY_CACHE,
+    "polestar": POLESTAR,
+    "polestar-cache": POLESTAR_CACHE_ONLY,
+    "polestar-code": POLESTAR_CODE,
 }
 
 

@@ -29,6 +29,7 @@ from polestar.errors import ConfigError
 from polestar.policies.commit import make_commit_policy
 from polestar.policies.sampling import certainty_density, propose
 from polestar.reference import planned_commits
+from polestar.staleness import kv_staleness
 from polestar.trace import Commit, StepEvent, Trace
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def decode(
     commit_policy = make_commit_policy(cfg)
     steps_per_block = cfg.total_steps // cfg.n_blocks
     record = Trace(prompt_len, cfg.gen_length, cfg.block_length) if trace else None
-    nfe, stop = 0, False
+    nfe, stop, excluded = 0, False, 0.0
     _sync(device)
     t_start = time.perf_counter()
 
@@ -114,21 +115,28 @@ def decode(
             view.targets = _targets(canvas, start, end, cfg, mask_id)
             result = cache_policy.forward(view)
             nfe += 1
+            staleness = None
+            if cfg.measure_staleness and cache_policy.cache is not None:
+                t_measure = time.perf_counter()
+                staleness = kv_staleness(model, canvas, cache_policy.cache)
+                excluded += time.perf_counter() - t_measure
             tokens, confidence = propose(result.logits, cfg.temperature, generator, mask_id)
             rank = confidence
             if cfg.prior_sigma > 0:
                 decoded = canvas[:, prompt_len:] != mask_id
                 rank = confidence * certainty_density(decoded, cfg.prior_sigma)[:, view.targets - prompt_len]
             k = plan[view.step] if view.step < len(plan) else 1
-            commit = commit_policy.select(confidence, rank, k)
+            commit = commit_policy.select(confidence, rank, k, result.delta)
             chosen = commit.mask[0]
-            positions = view.targets[chosen]
-            canvas[0, positions] = tokens[0, chosen]
+            canvas[0, view.targets[chosen]] = tokens[0, chosen]
+            suffix = _suffix_commits(result, cfg, generator, mask_id, canvas)
             cache_policy.observe(view, result.logits, chosen)
             n_masked = int((canvas[0, start:end] == mask_id).sum())
             if record is not None:
                 _sync(device)
-                event = _event(view, result, nfe, tokens, confidence, commit, cfg, t_step)
+                event = _event(view, result, nfe, tokens, confidence, commit, cfg, t_step, suffix, commit_policy)
+                if staleness is not None:
+                    event.extra["staleness"] = staleness.tolist()
                 record.events.append(event)
                 if on_step is not None and on_step(event, canvas):
                     stop = True
@@ -137,7 +145,7 @@ def decode(
             break
 
     _sync(device)
-    wall = time.perf_counter() - t_start
+    wall = time.perf_counter() - t_start - excluded
     generated = canvas[0, prompt_len:]
     return DecodeResult(
         canvas=canvas,
@@ -157,19 +165,46 @@ def _targets(canvas: torch.Tensor, start: int, end: int, cfg: DecodeConfig, mask
     return (canvas[0, start:end] == mask_id).nonzero().flatten() + start
 
 
-def _event(view: StepView, result, nfe: int, tokens, confidence, commit, cfg: DecodeConfig, t0: float) -> StepEvent:
+def _suffix_commits(result, cfg: DecodeConfig, generator, mask_id: int, canvas: torch.Tensor):
+    """Polestar's suffix commit: fresh predictions beyond the block commit iff confidence ≥ τ_suffix (no
+    forced token). Returns (positions, tokens, confidences) committed, or None."""
+    if result.suffix_positions is None or not cfg.suffix_commit:
+        return None
+    tokens, confidence = propose(result.suffix_logits, cfg.temperature, generator, mask_id)
+    ok = (confidence[0] >= cfg.tau_suffix) & (canvas[0, result.suffix_positions] == mask_id)
+    positions = result.suffix_positions[ok]
+    canvas[0, positions] = tokens[0, ok]
+    return positions, tokens[0, ok], confidence[0, ok]
+
+
+def _event(view: StepView, result, nfe: int, tokens, confidence, commit, cfg: DecodeConfig, t0: float,
+           suffix, commit_policy) -> StepEvent:
     chosen = commit.mask[0]
-    positions = view.targets[chosen].tolist()
-    forced = commit.forced[0][chosen].tolist()
     base_reason = {CommitRule.QUOTA: "quota", CommitRule.THRESHOLD: "threshold", CommitRule.FACTOR: "factor"}
+    reasons = [base_reason[cfg.commit]] * len(view.targets)
+    for i in commit.forced[0].nonzero().flatten().tolist():
+        reasons[i] = "forced"
+    if commit.drift is not None:
+        for i in commit.drift[0].nonzero().flatten().tolist():
+            reasons[i] = "drift"
     commits = [
-        Commit(position=p, gen_index=p - view.prompt_len, token=t, confidence=c,
-               reason="forced" if f else base_reason[cfg.commit])
-        for p, t, c, f in zip(positions, tokens[0, chosen].tolist(), confidence[0, chosen].tolist(), forced)
+        Commit(position=p, gen_index=p - view.prompt_len, token=t, confidence=c, reason=reasons[i])
+        for i, p, t, c in zip(chosen.nonzero().flatten().tolist(), view.targets[chosen].tolist(),
+                              tokens[0, chosen].tolist(), confidence[0, chosen].tolist())
     ]
+    if suffix is not None:
+        commits += [Commit(position=p, gen_index=p - view.prompt_len, token=t, confidence=c, reason="suffix")
+                    for p, t, c in zip(*(x.tolist() for x in suffix))]
+    extra = dict(result.extra)
+    if result.delta is not None:
+        extra["targets"] = view.targets.tolist()
+        extra["confidence"] = confidence[0].tolist()
+        extra["token_drift"] = result.drift[0].tolist()
+        extra["drift_delta"] = result.delta[0].tolist()
+        extra["drift_gate"] = commit_policy.gate(confidence[0]).tolist() if hasattr(commit_policy, "gate") else []
     refreshed = [] if result.refreshed_positions is None else result.refreshed_positions.tolist()
     return StepEvent(
         block=view.block, step=view.step, nfe=nfe, kind=result.kind, rows=result.rows, commits=commits,
         refreshed_positions=refreshed, refreshed_layers=list(result.refreshed_layers),
-        ms=(time.perf_counter() - t0) * 1000,
+        ms=(time.perf_counter() - t0) * 1000, extra=extra,
     )

@@ -81,7 +81,7 @@ def _groups(x: torch.Tensor, size: int) -> torch.Tensor:
 class NoQuant:
     name = "fp16"
 
-    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None) -> Quantized:
+    def quantize(self, x: torch.Tensor, tensor_scale: torch.Tensor | None = None) -> Quantized:
         return Quantized(tuple(x.shape), x.to(torch.float16))
 
     def dequantize(self, q: Quantized) -> torch.Tensor:
@@ -91,9 +91,11 @@ class NoQuant:
 class FP8:
     name = "fp8"
 
-    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None) -> Quantized:
-        scale = (x.float().abs().amax() / E4M3_MAX).clamp_min(torch.finfo(torch.float32).tiny)
-        return Quantized(tuple(x.shape), (x.float() / scale).to(torch.float8_e4m3fn), tensor_scale=scale)
+    def quantize(self, x: torch.Tensor, tensor_scale: torch.Tensor | None = None) -> Quantized:
+        scale = tensor_scale if tensor_scale is not None else (
+            (x.float().abs().amax() / E4M3_MAX).clamp_min(torch.finfo(torch.float32).tiny))
+        return Quantized(tuple(x.shape), (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn),
+                         tensor_scale=scale)
 
     def dequantize(self, q: Quantized) -> torch.Tensor:
         return q.codes.float() * q.tensor_scale
@@ -104,7 +106,7 @@ class IntN:
         self.bits, self.group, self.qmax = bits, group, 2 ** (bits - 1) - 1
         self.name = f"int{bits}"
 
-    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None) -> Quantized:
+    def quantize(self, x: torch.Tensor, tensor_scale: torch.Tensor | None = None) -> Quantized:
         g = _groups(x, self.group)
         scale = (g.abs().amax(-1, keepdim=True) / self.qmax).clamp_min(torch.finfo(torch.float32).tiny)
         codes = torch.round(g / scale).clamp(-self.qmax, self.qmax).to(torch.int8)
@@ -117,7 +119,7 @@ class IntN:
 class MXFP4:
     name, group = "mxfp4", 32
 
-    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None) -> Quantized:
+    def quantize(self, x: torch.Tensor, tensor_scale: torch.Tensor | None = None) -> Quantized:
         g = _groups(x, self.group)
         amax = g.abs().amax(-1, keepdim=True)
         exponent = torch.floor(torch.log2(amax.clamp_min(2.0**-126))) - 2  # E2M1's largest exponent is 2
@@ -133,10 +135,13 @@ class MXFP4:
 class NVFP4:
     name, group = "nvfp4", 16
 
-    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None) -> Quantized:
+    def quantize(self, x: torch.Tensor, tensor_scale: torch.Tensor | None = None) -> Quantized:
         g = _groups(x, self.group)
-        tensor_scale = (g.abs().amax() / (FP4_MAX * E4M3_MAX)).clamp_min(torch.finfo(torch.float32).tiny)
-        block = (g.abs().amax(-1, keepdim=True) / (FP4_MAX * tensor_scale)).to(torch.float8_e4m3fn)
+        if tensor_scale is None:
+            tensor_scale = (g.abs().amax() / (FP4_MAX * E4M3_MAX)).clamp_min(torch.finfo(torch.float32).tiny)
+        # rows rewritten under a fixed tensor scale may exceed E4M3's range: saturate instead of NaN
+        block = (g.abs().amax(-1, keepdim=True) / (FP4_MAX * tensor_scale)).clamp(max=E4M3_MAX)
+        block = block.to(torch.float8_e4m3fn)
         denom = block.float() * tensor_scale
         safe = torch.where(denom > 0, denom, torch.ones_like(denom))
         codes = e2m1_encode(torch.where(denom > 0, g / safe, torch.zeros_like(g)))
@@ -154,15 +159,15 @@ class Residual:
     def __init__(self, inner) -> None:
         self.inner, self.name = inner, f"{inner.name}-residual"
 
-    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None,
-                 index: torch.Tensor | None = None) -> Quantized:
+    def quantize(self, x: torch.Tensor, anchor: torch.Tensor | None = None, index: torch.Tensor | None = None,
+                 tensor_scale: torch.Tensor | None = None) -> Quantized:
         """x [n, channels]; anchor [K, channels] with index [n] (row i uses anchor[index[i]]), or [channels]."""
         if anchor is None:
             raise ConfigError(f"{self.name} needs an anchor (the cluster centroids) for its rows")
         table = anchor.float().reshape(-1, x.shape[-1]).clone()
         if index is None:
             index = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
-        q = self.inner.quantize(x.float() - table[index])
+        q = self.inner.quantize(x.float() - table[index], tensor_scale)
         q.anchor, q.anchor_index = table, index.clone()
         return q
 
@@ -182,3 +187,43 @@ def get_format(name: str):
     if name.endswith("-residual") and name.removesuffix("-residual") in _BASE and name != "fp16-residual":
         return Residual(_BASE[name.removesuffix("-residual")]())
     raise ConfigError(f"unknown hidden format {name!r}: choose one of {', '.join(FORMATS)}")
+
+
+class RowStore:
+    """Quantized rows [n, channels] that can be read and rewritten by row (Polestar's cached window inputs).
+
+    Rewritten rows reuse the store's tensor scale (so every row shares one, as NVFP4 requires) and, for residual
+    formats, a snapshot of the anchors they were quantized against: each rewrite appends its anchor table, so
+    older rows keep dequantizing exactly.
+    """
+
+    def __init__(self, fmt, x: torch.Tensor, anchor: torch.Tensor | None = None,
+                 labels: torch.Tensor | None = None) -> None:
+        self.fmt, self.residual = fmt, isinstance(fmt, Residual)
+        self.q = fmt.quantize(x, anchor, labels) if self.residual else fmt.quantize(x)
+
+    def _view(self, rows: torch.Tensor) -> Quantized:
+        q = self.q
+        pick = lambda t: None if t is None else t[rows]  # noqa: E731
+        shape = (len(rows), *q.shape[1:])
+        return Quantized(shape, q.codes[rows], pick(q.scales), q.tensor_scale, q.anchor, pick(q.anchor_index))
+
+    def get(self, rows: torch.Tensor) -> torch.Tensor:
+        """Dequantized rows [len(rows), channels] (fp32)."""
+        return self.fmt.dequantize(self._view(rows))
+
+    def set(self, rows: torch.Tensor, x: torch.Tensor, anchor: torch.Tensor | None = None,
+            labels: torch.Tensor | None = None) -> None:
+        q = self.q
+        if self.residual:
+            new = self.fmt.quantize(x, anchor, labels, tensor_scale=q.tensor_scale)
+            q.anchor_index[rows] = new.anchor_index + q.anchor.shape[0]
+            q.anchor = torch.cat([q.anchor, new.anchor])
+        else:
+            new = self.fmt.quantize(x, tensor_scale=q.tensor_scale)
+        q.codes[rows] = new.codes
+        if q.scales is not None:
+            q.scales[rows] = new.scales
+
+    def nbytes(self) -> int:
+        return self.q.nbytes()

@@ -15,6 +15,7 @@ def make_cache_policy(cfg: DecodeConfig, model) -> CachePolicy:
     from polestar.caches.d2 import D2Cache, EntropyCache
     from polestar.caches.elastic import ElasticCache
     from polestar.caches.fastdllm import DualCache, NoCache, PrefixCache
+    from polestar.caches.polestar import PolestarCache
 
     policies = {
         CacheKind.NONE: NoCache,
@@ -23,6 +24,7 @@ def make_cache_policy(cfg: DecodeConfig, model) -> CachePolicy:
         CacheKind.ELASTIC: ElasticCache,
         CacheKind.D2: D2Cache,
         CacheKind.ENTROPY: EntropyCache,
+        CacheKind.POLESTAR: PolestarCache,
     }
     return policies[cfg.cache](model, cfg)
 

@@ -20,6 +20,11 @@ class Pass:
     rows: int  # query rows pushed through the first layer
     refreshed_positions: torch.Tensor | None = None  # positions recomputed beyond the step's own queries
     refreshed_layers: list[int] = field(default_factory=list)  # layers where that extra recompute happened
+    drift: torch.Tensor | None = None  # [batch, n_targets] token drift δ of each target (Polestar)
+    delta: torch.Tensor | None = None  # [batch, n_targets] drift delta Δ for the early-commit rule (Polestar)
+    suffix_positions: torch.Tensor | None = None  # [m] positions beyond the block with fresh predictions
+    suffix_logits: torch.Tensor | None = None  # [batch, m, vocab] their logits (Polestar suffix commit)
+    extra: dict = field(default_factory=dict)  # per-method trace columns
 
 
 @dataclass

@@ -134,17 +134,20 @@ class Transformer(nn.Module):
         positions: torch.Tensor,
         cache: KVCache | None = None,
         need_attn: bool = False,
+        write: bool = True,
     ) -> LayerOutput:
         """Run layer `index` for query rows at absolute `positions` [n] with inputs `h` [batch, n, d_model].
 
         With a cache, the rows' K/V are written into it first and the queries attend over every row of the
         cache (keys rotated by their row index). Without one, the queries attend over their own rows only
-        (the training path, and a full forward with nothing to keep).
+        (the training path, and a full forward with nothing to keep). `write=False` attends over the cache as it
+        is, without storing the rows' K/V (Polestar's sparse recompute of rows whose inputs did not change).
         """
         block = self.layers[index]
         q, k, v = self.project_qkv(index, h)
         if cache is not None:
-            cache.write(index, positions, k, v)
+            if write:
+                cache.write(index, positions, k, v)
             k_all, v_all = cache.layer(index)
             key_pos = torch.arange(cache.length, device=h.device)
             padding = cache.key_padding

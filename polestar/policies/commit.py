@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from polestar.config import CommitRule, DecodeConfig
+from polestar.config import CacheKind, CommitRule, DecodeConfig
 from polestar.errors import ConfigError
 
 
@@ -19,6 +19,7 @@ from polestar.errors import ConfigError
 class Commit:
     mask: torch.Tensor  # [batch, n] bool: commit these positions
     forced: torch.Tensor  # [batch, n] bool: the subset committed only by the progress guarantee
+    drift: torch.Tensor | None = None  # [batch, n] bool: the subset committed by Polestar's drift rule
 
 
 def _ranked(rank: torch.Tensor) -> torch.Tensor:
@@ -36,7 +37,7 @@ def _top1(confidence: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
 class QuotaPolicy:
     """LLaDA low-confidence remasking: commit the `k` best-ranked eligible positions, `k` from the block's plan."""
 
-    def select(self, confidence: torch.Tensor, rank: torch.Tensor, k: int) -> Commit:
+    def select(self, confidence: torch.Tensor, rank: torch.Tensor, k: int, delta: torch.Tensor | None = None) -> Commit:
         eligible = torch.isfinite(confidence)
         order = _ranked(rank.masked_fill(~eligible, float("-inf")))
         take = torch.zeros_like(eligible)
@@ -53,7 +54,8 @@ class ThresholdPolicy:
             raise ConfigError(f"tau_s must be in [0, 1], got {tau_s}")
         self.tau_s = tau_s
 
-    def select(self, confidence: torch.Tensor, rank: torch.Tensor, k: int = 0) -> Commit:
+    def select(self, confidence: torch.Tensor, rank: torch.Tensor, k: int = 0,
+               delta: torch.Tensor | None = None) -> Commit:
         above = confidence >= self.tau_s
         top = _top1(confidence, rank)
         return Commit(mask=above | top, forced=top & ~above)
@@ -68,7 +70,8 @@ class FactorPolicy:
             raise ConfigError(f"factor must be ≥ 0, got {factor}")
         self.factor = factor
 
-    def select(self, confidence: torch.Tensor, rank: torch.Tensor, k: int = 0) -> Commit:
+    def select(self, confidence: torch.Tensor, rank: torch.Tensor, k: int = 0,
+               delta: torch.Tensor | None = None) -> Commit:
         eligible = torch.isfinite(confidence)
         order = _ranked(confidence.masked_fill(~eligible, float("-inf")))
         c = confidence.gather(-1, order)
@@ -83,7 +86,32 @@ class FactorPolicy:
         return Commit(mask=mask, forced=forced)
 
 
+class DriftCommitPolicy(ThresholdPolicy):
+    """Polestar-Commit, current block (spec §3): the threshold rule, plus an early commit of a masked position
+    with τ_early < c < τ_s whose drift delta Δ satisfies τ_d ≤ Δ < δ_max, where τ_d = α(τ_s − c)²: the less
+    confident a token, the sharper the drift event it needs."""
+
+    def __init__(self, tau_s: float, alpha: float, tau_early: float, delta_max: float) -> None:
+        super().__init__(tau_s)
+        self.alpha, self.tau_early, self.delta_max = alpha, tau_early, delta_max
+
+    def gate(self, confidence: torch.Tensor) -> torch.Tensor:
+        """τ_d = α(τ_s − c)² per position."""
+        return self.alpha * (self.tau_s - confidence) ** 2
+
+    def select(self, confidence: torch.Tensor, rank: torch.Tensor, k: int = 0,
+               delta: torch.Tensor | None = None) -> Commit:
+        base = super().select(confidence, rank, k)
+        if delta is None:
+            return base
+        band = (confidence > self.tau_early) & (confidence < self.tau_s)
+        early = band & (delta >= self.gate(confidence)) & (delta < self.delta_max) & ~base.mask
+        return Commit(mask=base.mask | early, forced=base.forced & ~early, drift=early)
+
+
 def make_commit_policy(cfg: DecodeConfig) -> QuotaPolicy | ThresholdPolicy | FactorPolicy:
+    if cfg.cache == CacheKind.POLESTAR and cfg.current_commit and cfg.commit == CommitRule.THRESHOLD:
+        return DriftCommitPolicy(cfg.tau_s, cfg.alpha, cfg.tau_early, cfg.delta_max)
     if cfg.commit == CommitRule.QUOTA:
         return QuotaPolicy()
     if cfg.commit == CommitRule.THRESHOLD:

@@ -1,0 +1,221 @@
+"""Polestar-Cache and the drift signals of Polestar-Commit (arXiv 2607.14107; ../shared/docs/polestar-spec.md).
+
+On top of Fast-dLLM's dual cache:
+- Block entry (spec §2): a full forward, or (entry_schedule) a windowed forward over the local window Ω_b
+  (prefix `window_prefix`·B and suffix `window_suffix`·B around the block) ∪ the block, reusing every other
+  K/V row. Then, per layer, the window's layer inputs are clustered (spherical k-means, prefix and suffix
+  separately), stored as residuals against their centroids in `hidden_format`, and each centroid's
+  content-only proxy attention is kept as the drift reference.
+- Each step: the block runs against the cache as in the dual cache. Per layer, the centroids' proxy attention
+  gives a per-cluster KL drift. On a refresh step (the τ_upd gate), the top-k drifting clusters' members are
+  recomputed at that layer from their cached inputs: their outputs form the update packet that the next layer
+  consumes first (cached inputs rewritten, K/V rows recomputed, centroids shifted to stay the mean). The final
+  layer's packet gives logits for suffix positions (Polestar-Commit's suffix commit).
+- At the final layer, the block queries' attention is compared with the previous forward's: token drift δ,
+  and Δ = δ − mean of the last `history` drift vectors, for the early commit rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from polestar.caches.base import CachePolicy, Pass, StepView
+from polestar.clustering import kl_drift, proxy_attention, spherical_kmeans, split_counts
+from polestar.config import DriftReference, EntrySchedule
+from polestar.quant import RowStore, get_format
+
+
+@dataclass
+class LayerWindow:
+    """Cached state of one layer's local window."""
+
+    positions: torch.Tensor  # [n] canvas positions of the window, sorted
+    labels: torch.Tensor  # [n] cluster of each member
+    centroids: torch.Tensor  # [K, d] fp32, the live means
+    counts: torch.Tensor  # [K]
+    store: RowStore  # the members' layer inputs, quantized
+    reference: torch.Tensor  # [K, heads, length] proxy attention the drift is measured against
+
+
+class PolestarCache(CachePolicy):
+    def __init__(self, model, cfg) -> None:
+        super().__init__(model, cfg)
+        self.fmt = get_format(cfg.hidden_format)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.windows: list[LayerWindow] | None = None
+        self.prev_attn: torch.Tensor | None = None  # final-layer attention of the block rows [1, H, rows, L]
+        self.history: list[torch.Tensor] = []
+        self.since_refresh = 0
+        self.last_step_commits = 0
+
+    # --- block entry ------------------------------------------------------------------------------------
+    def window(self, view: StepView) -> torch.Tensor:
+        b, length = self.cfg.block_length, view.canvas.shape[1]
+        lo = max(0, view.block_start - self.cfg.window_prefix * b)
+        hi = min(length, view.block_end + self.cfg.window_suffix * b)
+        pos = torch.arange(lo, hi, device=view.canvas.device)
+        return pos[(pos < view.block_start) | (pos >= view.block_end)]
+
+    def _windowed_entry(self, view: StepView) -> bool:
+        if not self.cfg.polestar_cache or self.windows is None:
+            return False
+        if self.cfg.entry_schedule == EntrySchedule.ALTERNATE:
+            return view.block % 2 == 1
+        return view.block % 4 == 3
+
+    def begin_block(self, view: StepView) -> None:
+        self.ensure_cache(view.canvas)
+        self.history, self.since_refresh, self.last_step_commits = [], 0, 0
+
+    def _entry(self, view: StepView) -> Pass:
+        model, canvas = self.model, view.canvas
+        block = torch.arange(view.block_start, view.block_end, device=canvas.device)
+        window = self.window(view)
+        if self._windowed_entry(view):
+            rows = self.with_predictors(torch.cat([window, block]))
+            inputs, hidden = self._rows_with_inputs(canvas, rows)
+            result = Pass(logits=self.predict(hidden, rows, view.targets), kind="windowed-entry", rows=len(rows))
+            index_of = lambda pos: torch.searchsorted(rows, pos)  # noqa: E731
+        else:
+            result, out = self.full_pass(view, output_hidden_states=True)
+            inputs = out.hidden_states
+            index_of = lambda pos: pos  # noqa: E731
+        if self.cfg.polestar_cache and len(window):
+            self.windows = [self._cluster(index, inputs[index][0, index_of(window)], window, view.block_start)
+                            for index in range(model.spec.n_layers)]
+        last = model.spec.n_layers - 1
+        self.block_rows = self.with_predictors(block)
+        if self.cfg.current_commit:
+            rows_in = inputs[last][:, index_of(self.block_rows)]
+            self.prev_attn = model.attention_probs(last, rows_in, self.block_rows, self.cache)
+        return result
+
+    def _rows_with_inputs(self, canvas: torch.Tensor, rows: torch.Tensor):
+        h = self.model.embed(canvas[:, rows])
+        inputs = []
+        for index in range(self.model.spec.n_layers):
+            inputs.append(h)
+            h = self.model.layer(index, h, rows, self.cache).hidden
+        return inputs, h
+
+    def _cluster(self, layer: int, h: torch.Tensor, positions: torch.Tensor, block_start: int) -> LayerWindow:
+        """Spherical k-means over the prefix and the suffix separately, then quantize the members."""
+        is_prefix = positions < block_start
+        k_pre, k_suf = split_counts(self.cfg.n_centroids, int(is_prefix.sum()), int((~is_prefix).sum()))
+        labels = torch.empty(len(positions), dtype=torch.long, device=h.device)
+        centroids = []
+        offset = 0
+        for part, k in ((is_prefix, k_pre), (~is_prefix, k_suf)):
+            if k == 0 or not part.any():
+                continue
+            c = spherical_kmeans(h[part], k, self.cfg.kmeans_iters, self.generator)
+            labels[part] = c.labels + offset
+            centroids.append(c.centroids)
+            offset += c.centroids.shape[0]
+        centroids = torch.cat(centroids)
+        counts = torch.bincount(labels, minlength=centroids.shape[0])
+        store = RowStore(self.fmt, h.float(), centroids, labels)
+        reference = proxy_attention(self.model, layer, centroids, self.cache)
+        return LayerWindow(positions, labels, centroids, counts, store, reference)
+
+    # --- steps ------------------------------------------------------------------------------------------
+    def forward(self, view: StepView) -> Pass:
+        if view.step == 0:
+            return self._entry(view)
+        return self._step(view)
+
+    def _refresh_now(self) -> bool:
+        tau = self.cfg.tau_upd
+        if not self.cfg.polestar_cache or self.windows is None or tau == 0:
+            return False
+        return self.last_step_commits >= tau - 1 or self.since_refresh >= tau
+
+    def _step(self, view: StepView) -> Pass:
+        model, cfg, canvas = self.model, self.cfg, view.canvas
+        rows = self.block_rows
+        refresh = self._refresh_now()
+        n_layers = model.spec.n_layers
+        h = model.embed(canvas[:, rows])
+        packet = None
+        drifts, selected, refreshed = [], [], []
+        for index in range(n_layers):
+            win = self.windows[index] if (cfg.polestar_cache and self.windows is not None) else None
+            if packet is not None:
+                self._consume(index, win, *packet)
+            out = model.layer(index, h, rows, self.cache, need_attn=cfg.current_commit and index == n_layers - 1)
+            h = out.hidden
+            if win is None:
+                continue
+            now = proxy_attention(model, index, win.centroids, self.cache)
+            drift = kl_drift(now, win.reference)
+            drifts.append(drift.tolist())
+            if cfg.drift_reference == DriftReference.PREVIOUS_STEP:
+                win.reference = now
+            if not refresh:
+                continue
+            k = cfg.top_k_last_layer if index == n_layers - 1 else cfg.top_k
+            chosen = drift.topk(min(k, len(drift))).indices
+            members = torch.isin(win.labels, chosen).nonzero().flatten()
+            positions = win.positions[members]
+            h_in = win.store.get(members).to(model.dtype).unsqueeze(0)
+            packet = (members, model.layer(index, h_in, positions, self.cache, write=False).hidden)
+            selected.append(chosen.tolist())
+            refreshed.append(positions)
+            if cfg.drift_reference == DriftReference.LAST_REFRESH:
+                win.reference = now
+        result = Pass(logits=self.predict(h, rows, view.targets), kind="refresh" if refresh else "block",
+                      rows=len(rows))
+        if cfg.current_commit:
+            result.drift, result.delta = self._token_drift(view, out.attn, rows)
+        if refresh:
+            self.since_refresh = 0
+            all_refreshed = torch.unique(torch.cat(refreshed)) if refreshed else None
+            result.refreshed_positions = all_refreshed
+            result.refreshed_layers = list(range(n_layers))
+            if cfg.suffix_commit and packet is not None:
+                self._suffix(view, result, win, *packet)
+        result.extra = {"refresh": refresh, "cluster_drift": drifts, "selected_clusters": selected}
+        if refresh and refreshed:
+            result.extra["refreshed_per_layer"] = [len(p) for p in refreshed]
+        return result
+
+    def _consume(self, index: int, win: LayerWindow, members: torch.Tensor, new_h: torch.Tensor) -> None:
+        """Layer `index` takes the previous layer's packet: inputs rewritten, K/V recomputed, centroids shifted."""
+        old = win.store.get(members)
+        new = new_h[0].float()
+        labels = win.labels[members]
+        shift = torch.zeros_like(win.centroids).index_add_(0, labels, new - old)
+        win.centroids += shift / win.counts.clamp_min(1).unsqueeze(-1).to(shift.dtype)
+        win.store.set(members, new, win.centroids, labels)
+        _, k, v = self.model.project_qkv(index, new_h)
+        self.cache.write(index, win.positions[members], k, v)
+
+    def _token_drift(self, view: StepView, attn: torch.Tensor, rows: torch.Tensor):
+        """(δ, Δ) per target [1, n]: δ = final-layer attention KL against the previous forward, read on the
+        target's predicting row; Δ = δ minus the mean of the block's last `history` drift vectors."""
+        drift_rows = kl_drift(attn[0].transpose(0, 1), self.prev_attn[0].transpose(0, 1))  # [rows]
+        self.prev_attn = attn
+        baseline = torch.stack(self.history).mean(0) if self.history else torch.zeros_like(drift_rows)
+        if self.cfg.history > 0:
+            self.history = (self.history + [drift_rows])[-self.cfg.history:]
+        index = torch.searchsorted(rows, self.model.predicting_rows(view.targets))
+        return drift_rows[index].unsqueeze(0).double(), (drift_rows - baseline)[index].unsqueeze(0).double()
+
+    def _suffix(self, view: StepView, result: Pass, win: LayerWindow, members: torch.Tensor,
+                new_h: torch.Tensor) -> None:
+        """Suffix-window positions predicted by the final layer's packet rows that are still masked."""
+        rows = win.positions[members]
+        predicted = rows + self.model.logit_shift
+        hi = view.block_end + self.cfg.window_suffix * self.cfg.block_length
+        keep = (predicted >= view.block_end) & (predicted < min(hi, view.canvas.shape[1]))
+        keep &= view.canvas[0, predicted.clamp(max=view.canvas.shape[1] - 1)] == self.model.mask_id
+        if keep.any():
+            result.suffix_positions = predicted[keep]
+            result.suffix_logits = self.model.head(new_h[:, keep])
+
+    def observe(self, view: StepView, logits: torch.Tensor, committed: torch.Tensor) -> None:
+        n = int(committed.sum())
+        self.last_step_commits = n
+        self.since_refresh += n

@@ -1,0 +1,63 @@
+"""Polestar's drift bookkeeping in torch: spherical k-means, proxy attention, KL drift (spec §2–3).
+
+Shapes: hidden states [n, d]; centroids [K, d]; attention distributions [K or n, heads, length].
+The Triton kernels of `kernels/` replace these on a GPU and are tested against them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+PROB_FLOOR = 1e-12  # probabilities are clamped here before the logarithm (spec §2)
+
+
+@dataclass
+class Clusters:
+    labels: torch.Tensor  # [n] cluster of each member, 0..K-1
+    centroids: torch.Tensor  # [K, d] fp32 arithmetic means of the members
+    counts: torch.Tensor  # [K] members per cluster
+
+
+def split_counts(k: int, n_prefix: int, n_suffix: int) -> tuple[int, int]:
+    """K split between prefix and suffix in proportion to their lengths (spec §2, the public code's rule)."""
+    if n_prefix == 0:
+        return 0, (k if n_suffix else 0)
+    if n_suffix == 0:
+        return k, 0
+    k_pre = min(k - 1, max(1, (k * n_prefix) // (n_prefix + n_suffix)))
+    return k_pre, k - k_pre
+
+
+def spherical_kmeans(x: torch.Tensor, k: int, iters: int, generator: torch.Generator) -> Clusters:
+    """Assign by cosine similarity to L2-normalised centroids; centroid = mean of its (raw) members.
+    Deterministic seeded initialisation from distinct members; an emptied cluster keeps its centroid."""
+    x = x.float()
+    n = x.shape[0]
+    k = min(k, n)
+    centroids = x[torch.randperm(n, generator=generator)[:k].to(x.device)].clone()
+    labels = torch.zeros(n, dtype=torch.long, device=x.device)
+    unit = torch.nn.functional.normalize(x, dim=-1)
+    for _ in range(iters):
+        labels = (unit @ torch.nn.functional.normalize(centroids, dim=-1).T).argmax(dim=-1)
+        sums = torch.zeros_like(centroids).index_add_(0, labels, x)
+        counts = torch.bincount(labels, minlength=k)
+        filled = counts > 0
+        centroids[filled] = sums[filled] / counts[filled].unsqueeze(-1)
+    counts = torch.bincount(labels, minlength=k)
+    return Clusters(labels=labels, centroids=centroids, counts=counts)
+
+
+def kl_drift(now: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """mean over heads of max(0, KL(now ‖ ref)), fp32, probabilities clamped at 1e-12.
+    now, ref [..., heads, length] -> [...]."""
+    p = now.float().clamp_min(PROB_FLOOR)
+    q = ref.float().clamp_min(PROB_FLOOR)
+    return (p * (p.log() - q.log())).sum(-1).clamp_min(0).mean(-1)
+
+
+def proxy_attention(model, layer: int, centroids: torch.Tensor, cache) -> torch.Tensor:
+    """Content-only attention of centroid queries over layer `layer`'s pre-rotary keys: [K, heads, length]."""
+    h = centroids.to(model.dtype).unsqueeze(0)
+    return model.attention_probs(layer, h, None, cache, rotary=False)[0]
