@@ -32,13 +32,19 @@ def split_counts(k: int, n_prefix: int, n_suffix: int) -> tuple[int, int]:
 
 def spherical_kmeans(x: torch.Tensor, k: int, iters: int, generator: torch.Generator) -> Clusters:
     """Assign by cosine similarity to L2-normalised centroids; centroid = mean of its (raw) members.
-    Deterministic seeded initialisation from distinct members; an emptied cluster keeps its centroid."""
+    Initialisation: a seeded random member, then farthest-point seeding (the member least similar to every
+    chosen seed), which avoids two seeds in one cluster; an emptied cluster keeps its centroid."""
     x = x.float()
     n = x.shape[0]
     k = min(k, n)
-    centroids = x[torch.randperm(n, generator=generator)[:k].to(x.device)].clone()
-    labels = torch.zeros(n, dtype=torch.long, device=x.device)
     unit = torch.nn.functional.normalize(x, dim=-1)
+    seeds = [int(torch.randint(n, (1,), generator=generator))]
+    closest = unit @ unit[seeds[0]]
+    for _ in range(1, k):
+        seeds.append(int(closest.argmin()))
+        closest = torch.maximum(closest, unit @ unit[seeds[-1]])
+    centroids = x[seeds].clone()
+    labels = torch.zeros(n, dtype=torch.long, device=x.device)
     for _ in range(iters):
         labels = (unit @ torch.nn.functional.normalize(centroids, dim=-1).T).argmax(dim=-1)
         sums = torch.zeros_like(centroids).index_add_(0, labels, x)
@@ -60,4 +66,4 @@ def kl_drift(now: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 def proxy_attention(model, layer: int, centroids: torch.Tensor, cache) -> torch.Tensor:
     """Content-only attention of centroid queries over layer `layer`'s pre-rotary keys: [K, heads, length]."""
     h = centroids.to(model.dtype).unsqueeze(0)
-    return model.attention_probs(layer, h, None, cache, rotary=False)[0]
+    return model.attention_probs(layer, h, None, cache, rotary=False)[0].transpose(0, 1)

@@ -1,0 +1,137 @@
+"""Polestar-Cache and Polestar-Commit: reduction to Fast-dLLM, exact propagation of update packets, the
+commit rules on hand-built values, and Dream's alignment of suffix commits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import polestar
+from polestar.caches.polestar import PolestarCache
+from polestar.clustering import kl_drift, spherical_kmeans, split_counts
+from polestar.config import resolve
+from polestar.decode import _suffix_commits, decode
+from polestar.policies.commit import DriftCommitPolicy
+from tests.tiny_checkpoints import write_checkpoint
+
+PROMPT = [[5, 9, 11, 7, 13, 20, 21, 8]]
+EXACT = dict(gen_length=32, block_length=8, window_prefix=8, window_suffix=8, n_centroids=8, top_k=8,
+             top_k_last_layer=8, tau_upd=1, hidden_format="fp16", current_commit=False, suffix_commit=False)
+
+
+@pytest.fixture(scope="module", params=["llada", "dream"])
+def tiny(request, tmp_path_factory):
+    root = write_checkpoint(tmp_path_factory.mktemp(request.param), request.param, kv_heads=2)
+    return polestar.load_model(root)
+
+
+def test_all_components_off_is_fast_dllm(tiny):
+    ids = torch.tensor(PROMPT)
+    off = dict(polestar_cache=False, current_commit=False, suffix_commit=False)
+    for tau in (0.05, 0.3):
+        a = decode(tiny, ids, resolve("fast-dllm", gen_length=64, block_length=8, tau_s=tau))
+        b = decode(tiny, ids, resolve("polestar", gen_length=64, block_length=8, tau_s=tau, **off))
+        assert torch.equal(a.canvas, b.canvas) and a.nfe == b.nfe
+
+
+def test_refresh_propagates_exactly(tiny):
+    """Window over the whole canvas, every cluster refreshed every step, fp16 storage: after each refresh step
+    the cache equals a full recompute (staleness at fp16 storage rounding, ~1e-7), while the same run with
+    refreshes off leaves the suffix visibly stale."""
+    ids = torch.tensor(PROMPT)
+    on = decode(tiny, ids, resolve("polestar", tau_s=0.3, measure_staleness=True, **EXACT), trace=True)
+    off = decode(tiny, ids, resolve("polestar", tau_s=0.3, measure_staleness=True, **(EXACT | {"tau_upd": 0})),
+                 trace=True)
+    refresh_steps = [e for e in on.trace.events if e.kind == "refresh"]
+    assert refresh_steps
+    worst_on = max(max(max(row) for row in e.extra["staleness"]) for e in refresh_steps)
+    block_steps = [e for e in off.trace.events if e.kind == "block"]
+    worst_off = max(max(max(row) for row in e.extra["staleness"]) for e in block_steps)
+    assert worst_on < 1e-5, worst_on
+    assert worst_off > 100 * max(worst_on, 1e-7), (worst_off, worst_on)
+
+
+def test_suffix_commits_land_and_are_aligned(tiny, monkeypatch):
+    """With exact propagation, the first refresh's suffix logits equal the full forward's aligned logits of the
+    same canvas (Dream: the row one to the left) up to the fp16 storage of the cached inputs (relative 2^-11,
+    a few times over two layers), and the committed suffix tokens are in the final canvas. Later refreshes
+    differ by design: suffix-committed tokens enter the cached inputs only at the next block entry."""
+    captured = []
+    original = PolestarCache._suffix
+
+    def spy(self, view, result, *args):
+        original(self, view, result, *args)
+        if result.suffix_positions is not None:
+            captured.append((view.canvas.clone(), result.suffix_positions.clone(), result.suffix_logits.clone()))
+
+    monkeypatch.setattr(PolestarCache, "_suffix", spy)
+    cfg = resolve("polestar", tau_s=0.3, **(EXACT | {"suffix_commit": True, "tau_suffix": 0.0}))
+    out = decode(tiny, torch.tensor(PROMPT), cfg, trace=True)
+    assert captured
+    canvas, positions, logits = captured[0]
+    full = tiny.run(canvas).logits[:, positions]
+    scale = full.abs().max().item()
+    torch.testing.assert_close(logits.float(), full.float(), rtol=0, atol=8 * 2**-11 * scale)
+    assert torch.equal(logits.argmax(-1), full.argmax(-1))
+    _, commits = out.trace.frames()
+    suffix = commits[commits.reason == "suffix"]
+    assert len(suffix) > 0
+    assert (out.canvas[0, suffix.position.tolist()] == torch.tensor(suffix.token.tolist())).all()
+
+
+def test_drift_commit_rule_on_hand_built_values():
+    policy = DriftCommitPolicy(tau_s=0.9, alpha=10.0, tau_early=0.7, delta_max=2.0)
+    conf = torch.tensor([[0.8, 0.8, 0.8, 0.65, 0.95, 0.75]], dtype=torch.float64)
+    # τ_d = 10 · (0.9 − c)²: 0.1 at c = 0.8, 0.225 at c = 0.75
+    delta = torch.tensor([[0.2, 0.05, 2.5, 5.0, 0.0, 0.23]], dtype=torch.float64)
+    out = policy.select(conf, conf, delta=delta)
+    assert out.drift.tolist() == [[True, False, False, False, False, True]]
+    assert out.mask.tolist() == [[True, False, False, False, True, True]]
+    assert not out.forced.any()
+    torch.testing.assert_close(policy.gate(torch.tensor([0.8, 0.9])), torch.tensor([0.1, 0.0]))
+
+
+def test_refresh_gate_counts():
+    gate = PolestarCache.__new__(PolestarCache)
+    gate.cfg, gate.windows = resolve("polestar"), [object()]
+    for last, since, expected in [(0, 0, False), (2, 2, True), (1, 2, False), (0, 3, True), (1, 1, False)]:
+        gate.last_step_commits, gate.since_refresh = last, since
+        assert gate._refresh_now() is expected
+    gate.cfg = resolve("polestar", tau_upd=1)
+    gate.last_step_commits, gate.since_refresh = 0, 0
+    assert gate._refresh_now()
+    gate.cfg = resolve("polestar", tau_upd=0)
+    assert not gate._refresh_now()
+
+
+def test_suffix_commit_rule_on_hand_built_logits():
+    cfg = resolve("polestar", tau_suffix=0.9)
+    mask = 2
+    canvas = torch.tensor([[1, 0, mask, mask, mask, 1]])
+    probs = torch.tensor([[[0.95, 0.05, 0.0], [0.5, 0.5, 0.0], [0.02, 0.98, 0.0], [0.0, 1.0, 0.0]]]) + 1e-9
+    positions = torch.tensor([2, 3, 4, 5])  # position 5 is committed already: never overwritten
+    result = type("R", (), {"suffix_positions": positions, "suffix_logits": probs.log()})()
+    positions, tokens, conf = _suffix_commits(result, cfg, None, mask, canvas)
+    assert positions.tolist() == [2, 4] and tokens.tolist() == [0, 1]  # 0.5 < τ_suffix: no forced commit
+    assert canvas.tolist() == [[1, 0, 0, mask, 1, 1]]
+
+
+def test_split_counts_and_kmeans():
+    assert split_counts(8, 64, 32) == (5, 3)
+    assert split_counts(8, 0, 32) == (0, 8) and split_counts(8, 64, 0) == (8, 0)
+    assert split_counts(8, 1, 100) == (1, 7)
+    g = torch.Generator().manual_seed(0)
+    centers = torch.nn.functional.normalize(torch.randn(3, 16, generator=g), dim=-1) * 4
+    x = centers.repeat_interleave(10, 0) + 0.01 * torch.randn(30, 16, generator=g)
+    c = spherical_kmeans(x, 3, 5, torch.Generator().manual_seed(1))
+    assert sorted(c.counts.tolist()) == [10, 10, 10]
+    for k in range(3):
+        torch.testing.assert_close(c.centroids[k], x[c.labels == k].mean(0))
+
+
+def test_kl_drift_properties():
+    p = torch.softmax(torch.randn(4, 2, 9, generator=torch.Generator().manual_seed(0)), dim=-1)
+    assert torch.equal(kl_drift(p, p), torch.zeros(4))
+    q = torch.softmax(torch.randn(4, 2, 9, generator=torch.Generator().manual_seed(1)), dim=-1)
+    expected = (p * (p / q).log()).sum(-1).mean(-1)
+    torch.testing.assert_close(kl_drift(p, q), expected)
