@@ -64,6 +64,6 @@ def kl_drift(now: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
 
 def proxy_attention(model, layer: int, centroids: torch.Tensor, cache) -> torch.Tensor:
-    """Content-only attention of centroid queries over layer `layer`'s pre-rotary keys: [K, heads, length]."""
+    """Content-only attention of centroid queries over layer `layer`'s keys rotated back to content only: [K, heads, length]."""
     h = centroids.to(model.dtype).unsqueeze(0)
     return model.attention_probs(layer, h, None, cache, rotary=False)[0].transpose(0, 1)

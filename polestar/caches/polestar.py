@@ -189,8 +189,9 @@ class PolestarCache(CachePolicy):
         shift = torch.zeros_like(win.centroids).index_add_(0, labels, new - old)
         win.centroids += shift / win.counts.clamp_min(1).unsqueeze(-1).to(shift.dtype)
         win.store.set(members, new, win.centroids, labels)
-        _, k, v = self.model.project_qkv(index, new_h)
-        self.cache.write(index, win.positions[members], k, v)
+        positions = win.positions[members]
+        k, v = self.model.kv_rows(index, new_h, positions)
+        self.cache.write(index, positions, k, v)
 
     def _token_drift(self, view: StepView, attn: torch.Tensor, rows: torch.Tensor):
         """(δ, Δ) per target [1, n]: δ = final-layer attention KL against the previous forward, read on the

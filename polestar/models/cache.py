@@ -1,9 +1,9 @@
 """`KVCache`: the explicit per-layer key/value store every decoding policy reads and writes.
 
-Rows are canvas positions. Keys are stored *before* rotary embedding (content only); the attention op rotates
-them by their row index when it reads them. That keeps one copy serving both the rotary attention and
-Polestar's content-only proxy attention, and costs one elementwise pass over the keys per layer call,
-negligible next to the projections.
+Rows are canvas positions. Keys are stored *after* rotary embedding at their row's position, so a step
+reads them as they are (rotating every cached key at every layer call cost ~10% of a dual-cache step on
+the embedded model). Polestar's content-only proxy attention rotates them back (`RotaryTable.apply(...,
+inverse=True)`); the rounding of that round trip is far below the drift signal.
 
 Layout: `k`, `v` are [n_layers, batch, n_kv_heads, length, head_dim]. Batch > 1 with left padding fits later
 through `key_padding` ([batch, length], True = ignore), which the attention op already honours.
@@ -44,7 +44,7 @@ class KVCache:
         self.v[layer][:, :, positions] = v
 
     def layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys (pre-rotary) and values of every row: two [batch, n_kv_heads, length, head_dim] views."""
+        """Keys (rotated) and values of every row: two [batch, n_kv_heads, length, head_dim] views."""
         return self.k[layer], self.v[layer]
 
     def copy_(self, other: "KVCache") -> None:

@@ -33,11 +33,14 @@ class RotaryTable:
             self._on_device[device] = (self._cos.to(device), self._sin.to(device))
         return self._on_device[device]
 
-    def apply(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Rotate `x` [batch, heads, n, head_dim] by the angles of `positions` [n] (absolute indices)."""
+    def apply(self, x: torch.Tensor, positions: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+        """Rotate `x` [batch, heads, n, head_dim] by the angles of `positions` [n] (absolute indices);
+        `inverse` rotates back (recovers content-only vectors from rotated ones, up to rounding)."""
         n_needed = int(positions.max()) + 1 if positions.numel() else 0
         cos, sin = self._tables(x.device, n_needed)
         cos, sin = cos[positions], sin[positions]
+        if inverse:
+            sin = -sin
         if self.in_fp32:
             xf = x.to(torch.promote_types(x.dtype, torch.float32))
             return (xf * cos + _rotate_half(xf) * sin).to(x.dtype)

@@ -145,20 +145,23 @@ class Transformer(nn.Module):
         """
         block = self.layers[index]
         q, k, v = self.project_qkv(index, h)
+        q, k = self.rope.apply(q, positions), self.rope.apply(k, positions)
         if cache is not None:
             if write:
                 cache.write(index, positions, k, v)
             k_all, v_all = cache.layer(index)
-            key_pos = torch.arange(cache.length, device=h.device)
             padding = cache.key_padding
         else:  # contiguous like the cache's rows, so both paths run the same attention kernel bit for bit
-            k_all, v_all, key_pos, padding = k.contiguous(), v.contiguous(), positions, None
-        q = self.rope.apply(q, positions)
-        k_all = self.rope.apply(k_all, key_pos)
+            k_all, v_all, padding = k.contiguous(), v.contiguous(), None
         att, probs = self.attend(q, k_all, v_all, padding, need_attn)
         b, n = h.shape[:2]
         x = h + block.wo(att.transpose(1, 2).reshape(b, n, self.spec.d_model))
         return LayerOutput(hidden=block.mlp(x), attn=probs)
+
+    def kv_rows(self, index: int, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K (rotated at `positions`) and V of layer `index` for inputs `h` [batch, n, d], as the cache stores them."""
+        _, k, v = self.project_qkv(index, h)
+        return self.rope.apply(k, positions), v
 
     def attention_probs(
         self, index: int, h: torch.Tensor, positions: torch.Tensor | None, cache: KVCache, rotary: bool = True
@@ -170,7 +173,8 @@ class Transformer(nn.Module):
         k, v = cache.layer(index)
         if rotary:
             q = self.rope.apply(q, positions)
-            k = self.rope.apply(k, torch.arange(cache.length, device=h.device))
+        else:
+            k = self.rope.apply(k, torch.arange(cache.length, device=h.device), inverse=True)
         return self.attend(q, k, v, cache.key_padding, need_attn=True)[1]
 
     def project_qkv(self, index: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
