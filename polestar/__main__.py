@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--suite", default="arith,lists", help="comma-separated task names")
     bench.add_argument("--n", type=int, default=20, help="examples per suite")
     bench.add_argument("--methods", default=",".join(PRESETS), help="comma-separated presets")
-    bench.add_argument("--out", type=Path, default=None, help="per-example CSV")
+    bench.add_argument("--out", type=Path, default=None, help="per-example CSV (appended; a rerun resumes)")
     bench.add_argument("--table-out", type=Path, default=None, help="markdown table")
     bench.add_argument("--json", action="store_true", help="last stdout line: the summary as JSON")
     for p in (gen, bench):
@@ -93,12 +93,11 @@ def _run(args: argparse.Namespace) -> int:
     for s in suites:
         polestar.tasks.make(s, 0)
     model = polestar.load_model(args.model, dtype=args.dtype, device=args.device)
-    rows = bench.run_bench(model, suites, args.n, methods, args.seed if args.seed is not None else 0, overrides)
+    rows = bench.run_bench(model, suites, args.n, methods, args.seed if args.seed is not None else 0, overrides,
+                           out=args.out)
     table = bench.summarise(rows)
     text = bench.markdown(table, rows[0])
     print(text)
-    if args.out:
-        bench.write_csv(rows, args.out)
     if args.table_out:
         args.table_out.parent.mkdir(parents=True, exist_ok=True)
         args.table_out.write_text(text)

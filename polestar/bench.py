@@ -2,7 +2,8 @@
 
 Methods are interleaved per example (every method decodes example i before any decodes example i+1), so
 machine noise hits all alike; speed-ups are ratios of TPS within this one run. One warm-up decode per
-method is excluded. Every CSV row carries the config, versions, git SHA, machine and timestamp.
+method is excluded. Every CSV row carries the config, versions, git SHA, machine and timestamp; with
+`--out` the CSV is appended row by row and a rerun skips the rows already there (resumable).
 """
 
 from __future__ import annotations
@@ -38,23 +39,32 @@ def provenance() -> dict[str, Any]:
 
 
 def run_bench(model, suites: list[str], n: int, methods: list[str], seed: int, overrides: dict[str, Any],
-              progress: bool = True) -> list[dict[str, Any]]:
+              progress: bool = True, out: Path | None = None) -> list[dict[str, Any]]:
+    """Decode every example with every method. With `out`, rows are appended to that CSV as they finish and
+    (suite, example, method, config) rows already in it are skipped: an interrupted bench resumes."""
     configs = {m: resolve(m, **overrides) for m in methods}
+    config_json = {m: json.dumps(asdict(c), default=str) for m, c in configs.items()}
+    rows = read_csv(out) if out is not None and out.is_file() else []
+    done = {(r["suite"], int(r["example"]), r["method"], r["config"]) for r in rows}
     stamp = provenance()
-    for m in methods:  # warm-up, excluded
-        generate(model, "Copy the list: 1 2 3 4", configs[m])
-    rows = []
-    work = [(suite, ex) for suite in suites for ex in tasks.make(suite, n, seed)]
-    bar = _progress(len(work) * len(methods), progress)
-    for i, (suite, ex) in enumerate(work):
-        for m in methods:
-            r = generate(model, ex.prompt, configs[m])
-            rows.append({"suite": suite, "example": i, "method": m, "correct": tasks.score(suite, ex, r.text),
-                         "nfe": r.nfe, "content_tokens": round(r.tpf * r.nfe), "tokens_per_step": r.tokens_per_step,
-                         "wall_s": r.wall_s, "config": json.dumps(asdict(configs[m]), default=str), **stamp})
-            bar.update(1)
+    work = [(suite, i, ex) for suite in suites for i, ex in enumerate(tasks.make(suite, n, seed))]
+    todo = [(s, i, ex, m) for s, i, ex in work for m in methods if (s, i, m, config_json[m]) not in done]
+    if todo:
+        for m in dict.fromkeys(m for *_, m in todo):  # warm-up, excluded
+            generate(model, "Copy the list: 1 2 3 4", configs[m])
+    bar = _progress(len(todo), progress)
+    for suite, i, ex, m in todo:
+        r = generate(model, ex.prompt, configs[m])
+        row = {"suite": suite, "example": i, "method": m, "correct": tasks.score(suite, ex, r.text),
+               "nfe": r.nfe, "content_tokens": round(r.tpf * r.nfe), "tokens_per_step": r.tokens_per_step,
+               "wall_s": r.wall_s, "config": config_json[m], **stamp}
+        rows.append(row)
+        if out is not None:
+            append_csv(row, out)
+        bar.update(1)
     bar.close()
-    return rows
+    wanted = {(s, i, m, config_json[m]) for s, i, _ in work for m in methods}
+    return [r for r in rows if (r["suite"], int(r["example"]), r["method"], r["config"]) in wanted]
 
 
 def _progress(total: int, enabled: bool):
@@ -91,9 +101,25 @@ def markdown(table: list[dict[str, Any]], stamp: dict[str, Any]) -> str:
     return "\n".join([head, *lines]) + "\n" + foot + "\n"
 
 
-def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+FIELDS = ("suite", "example", "method", "correct", "nfe", "content_tokens", "tokens_per_step", "wall_s", "config",
+          "git_sha", "torch", "transformers", "python", "machine", "device", "timestamp")
+
+
+def append_csv(row: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    new = not path.is_file()
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+
+
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["correct"] = r["correct"] == "True"
+        r["nfe"], r["content_tokens"] = int(r["nfe"]), int(r["content_tokens"])
+        r["tokens_per_step"], r["wall_s"] = float(r["tokens_per_step"]), float(r["wall_s"])
+    return rows

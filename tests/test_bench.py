@@ -1,0 +1,44 @@
+"""The bench: rows per example × method, a summary table, a resumable CSV, and the CLI's table output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import polestar
+from polestar import bench
+from tests.tiny_checkpoints import write_checkpoint
+
+SMALL = {"gen_length": 16, "block_length": 8}
+
+
+def test_bench_rows_table_and_resume(tmp_path):
+    model = polestar.load_model(write_checkpoint(tmp_path / "m", "llada"))
+    out = tmp_path / "bench.csv"
+    rows = bench.run_bench(model, ["lists"], 2, ["baseline", "fast-dllm"], 0, SMALL, progress=False, out=out)
+    assert [(r["example"], r["method"]) for r in rows] == [(0, "baseline"), (0, "fast-dllm"), (1, "baseline"),
+                                                          (1, "fast-dllm")]
+    assert all(r["nfe"] == 16 for r in rows if r["method"] == "baseline")
+    stamp = out.read_text().splitlines()
+    again = bench.run_bench(model, ["lists"], 2, ["baseline", "fast-dllm"], 0, SMALL, progress=False, out=out)
+    assert out.read_text().splitlines() == stamp  # nothing recomputed
+    assert [r["nfe"] for r in again] == [r["nfe"] for r in rows]
+    table = bench.summarise(again)
+    base = next(r for r in table if r["method"] == "baseline")
+    assert base["speedup"] == 1.0 and base["n"] == 2 and base["nfe"] == 16
+    assert "| lists | fast-dllm | 2 |" in bench.markdown(table, again[0])
+
+
+def test_cli_bench_json(tmp_path):
+    root = write_checkpoint(tmp_path / "m", "dream")
+    proc = subprocess.run(
+        [sys.executable, "-m", "polestar", "bench", "--model", str(root), "--suite", "arith", "--n", "1",
+         "--methods", "baseline,parallel", "--gen-length", "16", "--block-length", "8", "--json",
+         "--table-out", str(tmp_path / "t.md")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {r["method"] for r in summary} == {"baseline", "parallel"}
+    assert "| arith | parallel | 1 |" in (tmp_path / "t.md").read_text()
