@@ -118,6 +118,11 @@ class DecodeConfig:
                 raise ConfigError(f"{f.name} must be an integer, got {value!r}")
             if not meta["min"] <= value <= meta["max"]:
                 raise ConfigError(f"{f.name}={value} is out of range: use a value in [{meta['min']}, {meta['max']}]")
+        for name in ("top_k", "top_k_last_layer"):
+            if getattr(self, name) > self.n_centroids:
+                raise ConfigError(
+                    f"{name}={getattr(self, name)} exceeds n_centroids={self.n_centroids}: refresh at most every cluster"
+                )
         if self.gen_length % self.block_length:
             raise ConfigError(
                 f"gen_length={self.gen_length} is not a multiple of block_length={self.block_length}: "

@@ -76,7 +76,7 @@ def decode(
     on_step: Callable[[StepEvent, torch.Tensor], bool | None] | None = None,
 ) -> DecodeResult:
     """Decode `prompt_ids` [1, P] with `cfg`. `on_step(event, canvas)` is called after every step when given
-    (it implies tracing); returning True stops the decode after that step."""
+    (it implies tracing; its own time is excluded from the wall time); returning True stops the decode."""
     if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1:
         raise ConfigError(f"prompt_ids must have shape [1, prompt_len] (batch 1), got {list(prompt_ids.shape)}")
     prompt_len = prompt_ids.shape[1]
@@ -138,8 +138,10 @@ def decode(
                 if staleness is not None:
                     event.extra["staleness"] = staleness.tolist()
                 record.events.append(event)
-                if on_step is not None and on_step(event, canvas):
-                    stop = True
+                if on_step is not None:
+                    t_callback = time.perf_counter()
+                    stop = bool(on_step(event, canvas))
+                    excluded += time.perf_counter() - t_callback
             view.step += 1
         if stop:
             break

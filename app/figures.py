@@ -1,0 +1,170 @@
+"""Pure functions RunRecord -> Plotly figures. Colours live here, nowhere in the library.
+
+Every figure sets `uirevision` so zoom and pan survive streamed updates, fixes its height and margins, and
+sends numpy float32 / int arrays (plotly encodes them as compact typed arrays).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from app.record import REASONS, RunRecord
+
+COLOURS = {
+    "masked": "#d9d9d9", "quota": "#6699cc", "threshold": "#4c9f70", "forced": "#f0a202",
+    "factor": "#8e7cc3", "drift": "#d1495b", "suffix": "#00798c",
+}
+
+
+def _layout(fig: go.Figure, title: str, height: int, key: str) -> go.Figure:
+    fig.update_layout(title=title, height=height, margin=dict(l=50, r=20, t=40, b=40), uirevision=key,
+                      template="plotly_white", legend=dict(orientation="h", y=-0.15))
+    return fig
+
+
+def token_canvas(rec: RunRecord, t: int | None = None) -> go.Figure:
+    """Generated positions as a block × offset grid coloured by state and commit reason."""
+    b = rec.config.block_length
+    t = rec.n_steps if t is None else t
+    reasons = rec.reason_grid(t)
+    canvas = rec.canvases[t - 1] if t > 0 and rec.canvases else np.full(rec.gen_length, rec.mask_id)
+    steps, conf = rec.commit_info()
+    rows = rec.gen_length // b
+    z = reasons.reshape(rows, b).astype(np.float32)
+    text = np.array([_display(rec, int(tok)) if r else "·" for tok, r in zip(canvas, reasons)]).reshape(rows, b)
+    hover = np.array([
+        f"pos {i}<br>{REASONS[r]}<br>token {_display(rec, int(tok))!r}"
+        + (f"<br>conf {conf[i]:.3f}<br>step {steps[i]}" if r else "")
+        for i, (tok, r) in enumerate(zip(canvas, reasons))
+    ]).reshape(rows, b)
+    n = len(REASONS)
+    scale = [[v, COLOURS[name]] for i, name in enumerate(REASONS) for v in (i / n, (i + 1) / n)]
+    fig = go.Figure(go.Heatmap(
+        z=z, zmin=0, zmax=n, colorscale=scale, text=text, texttemplate="%{text}" if z.size <= 1024 else None,
+        textfont=dict(size=9), customdata=hover, hovertemplate="%{customdata}<extra></extra>", xgap=1, ygap=3,
+        colorbar=dict(tickvals=[i + 0.5 for i in range(n)], ticktext=list(REASONS), len=0.9),
+    ))
+    fig.update_yaxes(autorange="reversed", title="block", tickvals=list(range(rows)))
+    fig.update_xaxes(title="offset in block")
+    return _layout(fig, f"Token canvas — step {t}/{rec.n_steps}", 120 + 26 * rows, "canvas")
+
+
+def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None) -> go.Figure:
+    """Attention drift KL(A(t) ‖ A(t−1)) per generated position × step at one layer (paper Fig 4); commits
+    marked. Beside it, Polestar's per-cluster drift at that layer when the run has it."""
+    t = rec.n_steps if t is None else t
+    clusters = _cluster_drift(rec, layer, t)
+    fig = make_subplots(rows=1, cols=2 if clusters is not None else 1, column_widths=[0.75, 0.25]
+                        if clusters is not None else None, subplot_titles=("token drift", "cluster drift")
+                        if clusters is not None else None)
+    if rec.drift and t > 0:
+        z = np.stack([d[layer] for d in rec.drift[:t]], axis=1).astype(np.float32)  # [G, steps]
+        vmax = float(np.nanpercentile(np.stack([d[layer] for d in rec.drift]), 99)) or 1e-6
+        fig.add_trace(go.Heatmap(z=z, x=np.arange(1, t + 1), zmin=0, zmax=vmax, colorscale="Viridis",
+                                 colorbar=dict(title="KL", x=0.72 if clusters is not None else 1.0),
+                                 hovertemplate="step %{x}<br>pos %{y}<br>KL %{z:.3g}<extra></extra>"), 1, 1)
+        steps, _ = rec.commit_info()
+        done = (steps > 0) & (steps <= t)
+        fig.add_trace(go.Scatter(x=steps[done], y=np.nonzero(done)[0], mode="markers", name="commit",
+                                 marker=dict(symbol="x", size=5, color="white", line=dict(width=1))), 1, 1)
+    if clusters is not None:
+        fig.add_trace(go.Heatmap(z=clusters, colorscale="Magma", showscale=False,
+                                 hovertemplate="step %{x}<br>cluster %{y}<br>KL %{z:.3g}<extra></extra>"), 1, 2)
+    fig.update_yaxes(title="generated position", autorange="reversed", row=1, col=1)
+    fig.update_xaxes(title="step", row=1, col=1)
+    return _layout(fig, f"Attention drift — layer {layer}", 420, "drift")
+
+
+def _cluster_drift(rec: RunRecord, layer: int, t: int) -> np.ndarray | None:
+    cols = [e.extra.get("cluster_drift") for e in rec.events[:t]]
+    if not any(cols):
+        return None
+    width = max(len(c[layer]) for c in cols if c and len(c) > layer)
+    z = np.full((width, len(cols)), np.nan, dtype=np.float32)
+    for j, c in enumerate(cols):
+        if c and len(c) > layer:
+            z[: len(c[layer]), j] = c[layer]
+    return z
+
+
+def commit_timeline(rec: RunRecord, t: int | None = None) -> go.Figure:
+    """One marker per commit (step × position) coloured by reason; cumulative TPF over steps."""
+    t = rec.n_steps if t is None else t
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    by_reason: dict[str, tuple[list, list]] = {}
+    content, tpf = 0, []
+    for i, event in enumerate(rec.events[:t]):
+        for c in event.commits:
+            xs, ys = by_reason.setdefault(c.reason, ([], []))
+            xs.append(i + 1)
+            ys.append(c.gen_index)
+            content += c.token != rec.eos_id
+        tpf.append(content / (i + 1))
+    for reason, (xs, ys) in by_reason.items():
+        fig.add_trace(go.Scatter(x=np.array(xs), y=np.array(ys), mode="markers", name=reason,
+                                 marker=dict(color=COLOURS[reason], size=6)), secondary_y=False)
+    fig.add_trace(go.Scatter(x=np.arange(1, t + 1), y=np.array(tpf, dtype=np.float32), name="TPF (cumulative)",
+                             line=dict(color="#333", width=1.5)), secondary_y=True)
+    fig.update_yaxes(title="generated position", autorange="reversed", secondary_y=False)
+    fig.update_yaxes(title="TPF", secondary_y=True, rangemode="tozero")
+    fig.update_xaxes(title="step (forward)")
+    return _layout(fig, "Commit timeline", 380, "timeline")
+
+
+def staleness_curves(rec: RunRecord, t: int | None = None) -> go.Figure:
+    """Mean KV staleness per layer over steps (spec §5); empty when staleness was not measured."""
+    t = rec.n_steps if t is None else t
+    fig = go.Figure()
+    series = [e.extra.get("staleness") for e in rec.events[:t]]
+    if any(s is not None for s in series):
+        arr = np.array([np.mean(s, axis=1) if s is not None else np.full(len(series[0]), np.nan)
+                        for s in series], dtype=np.float32)  # [steps, layers]
+        for layer in range(arr.shape[1]):
+            fig.add_trace(go.Scatter(x=np.arange(1, t + 1), y=arr[:, layer], name=f"layer {layer}",
+                                     mode="lines"))
+    else:
+        fig.add_annotation(text="turn on 'measure staleness' to see how stale the cache gets", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_yaxes(title="1 − ½(cos K + cos V)", rangemode="tozero")
+    fig.update_xaxes(title="step")
+    return _layout(fig, "KV staleness against a full recompute", 320, "staleness")
+
+
+def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None) -> go.Figure:
+    """Last-layer value states of `positions` across steps in one PCA basis (Fig 3c): ◆ first drift trigger
+    (first step the position's last-layer drift is above the run's 90th percentile), ★ its commit step."""
+    t = rec.n_steps if t is None else t
+    fig = go.Figure()
+    positions = [p for p in positions if 0 <= p < rec.gen_length]
+    if len(rec.values) >= 2 and positions:
+        from sklearn.decomposition import PCA
+
+        stack = np.stack([v[positions] for v in rec.values]).astype(np.float32)  # [steps, P, kv]
+        basis = PCA(n_components=2).fit(stack.reshape(-1, stack.shape[-1]))
+        steps, _ = rec.commit_info()
+        last = np.stack([d[-1] for d in rec.drift])  # [steps, G]
+        trigger_level = np.percentile(last, 90)
+        for j, p in enumerate(positions):
+            xy = basis.transform(stack[:t, j]).astype(np.float32)
+            fig.add_trace(go.Scatter(x=xy[:, 0], y=xy[:, 1], mode="lines+markers", name=f"pos {p}",
+                                     marker=dict(size=4)))
+            above = np.nonzero(last[:t, p] > trigger_level)[0]
+            if len(above):
+                fig.add_trace(go.Scatter(x=xy[above[:1], 0], y=xy[above[:1], 1], mode="markers", showlegend=False,
+                                         marker=dict(symbol="diamond", size=11, color="#d1495b")))
+            if 0 < steps[p] <= t:
+                k = steps[p] - 1
+                fig.add_trace(go.Scatter(x=xy[k:k + 1, 0], y=xy[k:k + 1, 1], mode="markers", showlegend=False,
+                                         marker=dict(symbol="star", size=13, color="#f0a202")))
+    fig.update_xaxes(title="PC 1")
+    fig.update_yaxes(title="PC 2")
+    return _layout(fig, "Value-state trajectories (PCA, fixed basis)", 380, "pca")
+
+
+def _display(rec: RunRecord, token: int) -> str:
+    if token == rec.mask_id:
+        return "▒"
+    text = rec.vocab[token] if 0 <= token < len(rec.vocab) else str(token)
+    return text.replace("Ġ", "␣").replace("Ċ", "⏎")

@@ -1,0 +1,101 @@
+"""Runs the decoder for the app: the shared model host, and a streaming run that fills a RunRecord.
+
+The decoder runs in a worker thread at full speed; the Gradio generator samples the record at most every
+`FRAME_S` seconds (and always yields the final state), so the browser is never flooded. A stop flag is
+checked by the decoder after every step.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+
+from app.record import RunRecord
+from polestar.config import DecodeConfig
+
+log = logging.getLogger(__name__)
+FRAME_S = 0.25  # ≤ 4 frames per second: each frame re-sends every changed figure
+
+
+@dataclass
+class ModelHost:
+    """The one model every session shares, loaded on first use. `lock` serialises decodes on it: runs from
+    different sessions queue instead of interleaving their forwards."""
+
+    path: str
+    device: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    _model: object = None
+
+    def get(self):
+        if self._model is None:
+            import torch
+
+            import polestar
+
+            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self._model = polestar.load_model(self.path, device=device)
+            log.info("model %s loaded on %s", self.path, device)
+        return self._model
+
+
+def stream_run(host: ModelHost, prompt: str, cfg: DecodeConfig, label: str, stop: threading.Event,
+               probe: bool = True, frame_s: float = FRAME_S) -> Iterator[RunRecord]:
+    """Yield the growing RunRecord while the decode runs (throttled), then the finished one. Errors from the
+    decoder (bad input) are re-raised in the caller's thread."""
+    import polestar
+    from polestar.api import encode_prompt
+    from polestar.probe import AttentionProbe
+
+    model = host.get()
+    ids = encode_prompt(model, prompt)
+    vocab = model.tokenizer.convert_ids_to_tokens(list(range(len(model.tokenizer)))) if model.tokenizer else []
+    rec = RunRecord(label=label, config=cfg, prompt_len=ids.shape[1], vocab=vocab, mask_id=model.mask_id,
+                    eos_id=model.eos_id)
+    probe_fn = AttentionProbe(model, ids.shape[1]) if probe else None
+    updates: queue.Queue = queue.Queue()
+
+    def on_step(event, canvas) -> bool:
+        rec.canvases.append(canvas[0, rec.prompt_len:].cpu().numpy().astype(np.int32))
+        if probe_fn is not None:
+            frame = probe_fn(canvas)
+            rec.drift.append(frame.drift[:, rec.prompt_len:].numpy())
+            rec.values.append(frame.values.numpy())
+        rec.events.append(event)
+        updates.put("step")
+        return stop.is_set()
+
+    def work() -> None:
+        try:
+            with host.lock:
+                result = polestar.generate(model, ids, cfg, on_step=on_step)
+            rec.metrics = {"text": result.text, "nfe": result.nfe, "tpf": round(result.tpf, 3),
+                           "tps": round(result.tps, 2), "tokens_per_step": round(result.tokens_per_step, 3),
+                           "wall_s": round(result.wall_s, 3),
+                           "refreshes": sum(e.kind in ("refresh", "partial-refresh") for e in rec.events),
+                           "stopped": stop.is_set()}
+            updates.put("done")
+        except Exception as exc:  # handed to the caller's thread
+            updates.put(exc)
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    last = 0.0
+    while True:
+        item = updates.get()
+        if isinstance(item, Exception):
+            raise item
+        if item == "done":
+            rec.done = True
+            yield rec
+            return
+        now = time.perf_counter()
+        if now - last >= frame_s:
+            last = now
+            yield rec

@@ -1,0 +1,211 @@
+"""`create_app()`: the Gradio Blocks of Polestar Studio. Handlers are thin adapters from widget values to a
+`DecodeConfig` and a `polestar` call; all decoding logic lives in the library, all colours in figures.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import threading
+from typing import Any
+
+import gradio as gr
+
+from app import figures
+from app.record import RunRecord
+from app.runner import ModelHost, stream_run
+from polestar import tasks
+from polestar.config import PRESETS, DecodeConfig, resolve
+from polestar.errors import PolestarError
+
+SWITCHES = ("polestar_cache", "current_commit", "suffix_commit")
+SLIDERS = ("gen_length", "block_length", "tau_s", "temperature", "seed", "window_prefix", "window_suffix",
+           "n_centroids", "top_k", "top_k_last_layer", "tau_upd", "history", "alpha", "tau_suffix", "hidden_format",
+           "measure_staleness")
+CONTROLS = SWITCHES + SLIDERS
+FIELDS = {f.name: f for f in dataclasses.fields(DecodeConfig)}
+MAX_PROMPT_CHARS = 4000
+EXPLAIN = {
+    "canvas": "Each cell is a generated position, one row per block. Grey cells are still masked. A cell's colour "
+              "says why it was committed: **threshold** (confidence ≥ τ_s), **forced** (the most confident token, "
+              "committed to guarantee progress), **drift** (Polestar: a sharp attention-drift event on a fairly "
+              "confident token), **suffix** (Polestar: committed ahead of its block from refreshed logits), "
+              "**quota** (LLaDA: a fixed number per step).",
+    "drift": "Drift is how much a position's attention distribution moves between consecutive steps (KL "
+             "divergence). Tokens drift while their context is being decided and settle once it is: a cache "
+             "entry computed before a drift event is stale. Polestar tracks drift per cluster of cached states "
+             "(right) and refreshes only the clusters that moved.",
+    "pca": "The last layer's value state of each chosen position, step by step, projected on one PCA basis. "
+           "◆ marks the first strong drift, ★ the step the token was committed.",
+    "timeline": "One marker per commit. The black line is tokens per forward so far (TPF).",
+    "staleness": "How far the cached K/V are from a full recompute of the current canvas. Fast-dLLM's cache goes "
+                 "stale between block entries; Polestar's sparse refreshes pull it back.",
+}
+
+
+def _component(name: str, value: Any):
+    f = FIELDS[name]
+    meta = f.metadata
+    label = name
+    if meta["choices"] is not None:
+        return gr.Dropdown([str(c) for c in meta["choices"]], value=str(value), label=label, info=meta["help"])
+    if isinstance(f.default, bool):
+        return gr.Checkbox(value=value, label=label, info=meta["help"])
+    return gr.Slider(meta["min"], meta["max"], value=value, step=meta["step"], label=label, info=meta["help"])
+
+
+def _examples() -> list[tasks.Example]:
+    return tasks.make("arith", 4, seed=0) + tasks.make("lists", 4, seed=0)
+
+
+def _config(method: str, values: dict[str, Any]) -> DecodeConfig:
+    base = resolve(method)
+    overrides = {}
+    for name, value in values.items():
+        default = getattr(base, name)
+        if isinstance(default, bool):
+            value = bool(value)
+        elif isinstance(default, int):
+            value = int(round(float(value)))
+        elif isinstance(default, float):
+            value = float(value)
+        overrides[name] = value
+    return base.replace(**overrides)
+
+
+def _panels(rec: RunRecord | None, t: int | None, layer: int, positions: str):
+    if rec is None or not rec.events:
+        empty = figures.go.Figure()
+        return empty, empty, empty, empty, empty
+    pos = [int(p) for p in positions.replace(",", " ").split() if p.strip().lstrip("-").isdigit()]
+    layer = min(int(layer), len(rec.drift[0]) - 1) if rec.drift else 0
+    return (figures.token_canvas(rec, t), figures.drift_heatmap(rec, layer, t), figures.commit_timeline(rec, t),
+            figures.staleness_curves(rec, t), figures.pca_trajectories(rec, pos or [0, 1, 2, 3], t))
+
+
+def create_app(model_path: str | None = None, device: str | None = None) -> gr.Blocks:
+    """Build the app. Nothing is loaded until the first run; the model is shared by all sessions."""
+    import polestar
+
+    host = ModelHost(model_path or polestar.DEFAULT_MODEL, device)
+    records: dict[str, RunRecord] = {}
+    stops: dict[str, threading.Event] = {}
+    examples = _examples()
+    by_prompt = {ex.prompt: ex for ex in examples}
+
+    def run(prompt: str, method: str, probe: bool, layer: float, positions: str, *values: Any,
+            request: gr.Request = None):
+        session = request.session_hash if request is not None else "api"
+        if not prompt or not prompt.strip():
+            raise gr.Error("The prompt is empty: type a question or pick an example.")
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise gr.Error(f"The prompt has {len(prompt)} characters; the limit is {MAX_PROMPT_CHARS}.")
+        try:
+            cfg = _config(method, dict(zip(CONTROLS, values)))
+        except PolestarError as exc:
+            raise gr.Error(str(exc)) from None
+        stop = stops.setdefault(session, threading.Event())
+        stop.clear()
+        try:
+            for rec in stream_run(host, prompt, cfg, method, stop, probe=probe):
+                records[session] = rec
+                metrics = dict(rec.metrics) if rec.done else {"steps": rec.n_steps}
+                if rec.done and prompt in by_prompt:
+                    ex = by_prompt[prompt]
+                    metrics["correct"] = tasks.score(ex.task, ex, rec.metrics["text"])
+                status = "done" if rec.done else f"step {rec.n_steps}"
+                slider = gr.Slider(minimum=0, maximum=max(rec.n_steps, 1), value=rec.n_steps, step=1)
+                yield (*_panels(rec, None, layer, positions), metrics, status, slider)
+        except PolestarError as exc:
+            raise gr.Error(str(exc)) from None
+
+    def move(t: float, layer: float, positions: str, request: gr.Request):
+        rec = records.get(request.session_hash)
+        return _panels(rec, int(t) if rec else None, layer, positions)
+
+    def step(t: float, layer: float, positions: str, request: gr.Request):
+        rec = records.get(request.session_hash)
+        if rec is None:
+            raise gr.Error("Run a prompt first; Step then walks through its steps one at a time.")
+        t = min(int(t) + 1, rec.n_steps)
+        return (*_panels(rec, t, layer, positions), gr.Slider(value=t))
+
+    def stop_run(request: gr.Request):
+        stops.setdefault(request.session_hash, threading.Event()).set()
+        return "stopping…"
+
+    def reset(request: gr.Request):
+        records.pop(request.session_hash, None)
+        return (*_panels(None, None, 0, ""), {}, "ready", gr.Slider(minimum=0, maximum=1, value=0))
+
+    def preset_values(method: str):
+        cfg = resolve(method)
+        return [gr.update(value=str(getattr(cfg, n)) if FIELDS[n].metadata["choices"] else getattr(cfg, n))
+                for n in CONTROLS]
+
+    with gr.Blocks(title="Polestar Studio") as demo:
+        gr.Markdown("# Polestar Studio\nWatch a masked diffusion LLM decode, step by step: which tokens commit and "
+                    "why, how attention drifts, how stale the cache gets. Pick a method, tweak it, press **Run**.")
+        with gr.Row():
+            with gr.Column(scale=1, min_width=320):
+                prompt = gr.Textbox(label="Prompt", lines=4, value=examples[4].prompt)
+                gr.Examples([[ex.prompt] for ex in examples], inputs=[prompt], label="Task examples (known answers)")
+                method = gr.Dropdown(list(PRESETS), value="polestar", label="Method")
+                probe = gr.Checkbox(value=True, label="analysis probe (drift heatmap, PCA; not counted in NFE/TPS)")
+                with gr.Row():
+                    run_btn = gr.Button("Run", variant="primary")
+                    step_btn = gr.Button("Step")
+                    stop_btn = gr.Button("Stop")
+                    reset_btn = gr.Button("Reset")
+                status = gr.Markdown("ready")
+                metrics = gr.JSON(label="Metrics")
+                default = resolve("polestar")
+                with gr.Accordion("Polestar components", open=True):
+                    switches = [_component(n, getattr(default, n)) for n in SWITCHES]
+                with gr.Accordion("Hyperparameters", open=False):
+                    sliders = [_component(n, getattr(default, n)) for n in SLIDERS]
+            with gr.Column(scale=2):
+                playhead = gr.Slider(0, 1, value=0, step=1, label="Playhead (step)")
+                canvas_plot = gr.Plot(label="Token canvas")
+                gr.Markdown(EXPLAIN["canvas"])
+                with gr.Tabs():
+                    with gr.Tab("Drift"):
+                        layer = gr.Slider(0, 64, value=0, step=1, label="Layer")
+                        drift_plot = gr.Plot()
+                        gr.Markdown(EXPLAIN["drift"])
+                    with gr.Tab("PCA trajectories"):
+                        positions = gr.Textbox(value="0 1 2 3", label="Generated positions")
+                        pca_plot = gr.Plot()
+                        gr.Markdown(EXPLAIN["pca"])
+                    with gr.Tab("Commit timeline"):
+                        timeline_plot = gr.Plot()
+                        gr.Markdown(EXPLAIN["timeline"])
+                    with gr.Tab("KV staleness"):
+                        staleness_plot = gr.Plot()
+                        gr.Markdown(EXPLAIN["staleness"])
+        panels = [canvas_plot, drift_plot, timeline_plot, staleness_plot, pca_plot]
+        controls = [*switches, *sliders]
+        run_event = run_btn.click(_named(run, ["prompt", "method", "probe", "layer", "positions", *CONTROLS]),
+                                  [prompt, method, probe, layer, positions, *controls],
+                                  [*panels, metrics, status, playhead], api_name="run", show_progress="hidden",
+                                  concurrency_limit=4)
+        stop_btn.click(stop_run, None, status, cancels=[run_event], api_name="stop")
+        reset_btn.click(reset, None, [*panels, metrics, status, playhead], api_name="reset")
+        step_btn.click(step, [playhead, layer, positions], [*panels, playhead], api_name="step")
+        playhead.release(move, [playhead, layer, positions], panels, api_name="playhead")
+        layer.release(move, [playhead, layer, positions], panels, api_name=False)
+        positions.submit(move, [playhead, layer, positions], panels, api_name=False)
+        method.change(preset_values, method, controls, api_name=False)
+    return demo
+
+
+def _named(fn, names: list[str]):
+    """Wrap `fn(*values, request)` so its signature names every input: API clients can then pass
+    `gen_length=64` by keyword (Gradio names endpoint parameters after the handler's signature)."""
+
+    def handler(*args, request: gr.Request = None, **kwargs):
+        yield from fn(*args, request=request, **kwargs)
+
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+    params.append(inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=gr.Request))
+    handler.__signature__ = inspect.Signature(params)
+    return handler
