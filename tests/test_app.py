@@ -1,0 +1,75 @@
+"""The app through its API (gradio_client against a launched app): streaming, metrics, concurrency, bad input."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import polestar
+
+FAST = {"gen_length": 32, "block_length": 32}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory, monkeypatch_module):
+    monkeypatch_module.setenv("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio")))
+    from gradio_client import Client
+
+    import app
+
+    demo = app.create_app(polestar.DEFAULT_MODEL)
+    demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    try:
+        yield Client(demo.local_url, verbose=False)
+    finally:
+        demo.close()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def _metrics(outputs) -> dict:
+    return outputs[5]
+
+
+def test_run_streams_and_ends_with_metrics(client):
+    job = client.submit("Copy the list: 4 8 15 16", method="polestar", **FAST, api_name="/run")
+    updates = list(job)
+    assert len(updates) >= 2
+    final = _metrics(updates[-1])
+    assert {"text", "nfe", "tpf", "tps"} <= set(final) and final["nfe"] >= 1
+    assert updates[-1][6] == "done"
+
+
+def test_only_the_prompt_is_required(client):
+    final = _metrics(client.predict("Reverse the list: 1 2 3 4", api_name="/run"))
+    assert final["nfe"] >= 1 and isinstance(final["text"], str)
+
+
+def test_concurrent_runs_get_their_own_results(client):
+    prompts = ["Copy the list: 1 2 3 4", "Reverse the list: 5 6 7 8", "Sort the list in ascending order: 9 3 7 1",
+               "Copy the list: cat dog owl yak"]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda p: _metrics(client.predict(p, method="fast-dllm", **FAST, api_name="/run")),
+                                prompts))
+    model = polestar.load_model(polestar.DEFAULT_MODEL)
+    for prompt, got in zip(prompts, results):
+        assert got["text"] == polestar.generate(model, prompt, "fast-dllm", **FAST).text
+
+
+def test_bad_input_gets_a_message_and_the_app_keeps_serving(client):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match="prompt is empty"):
+        client.predict("   ", api_name="/run")
+    with pytest.raises(AppError, match="top_k=9 exceeds n_centroids=8"):
+        client.predict("Copy the list: 1 2", top_k=9, api_name="/run")
+    with pytest.raises(AppError, match="not a multiple of block_length"):
+        client.predict("Copy the list: 1 2", gen_length=40, api_name="/run")
+    final = _metrics(client.predict("Copy the list: 1 2 3 4", **FAST, api_name="/run"))
+    assert final["nfe"] >= 1

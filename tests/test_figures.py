@@ -1,0 +1,42 @@
+"""Panels are pure functions of a RunRecord: check what they draw on a real (tiny) run."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from app import figures
+from app.runner import ModelHost, stream_run
+from polestar.config import resolve
+from tests.tiny_checkpoints import write_checkpoint
+
+
+def test_panels_from_a_streamed_run(tmp_path):
+    host = ModelHost(str(write_checkpoint(tmp_path / "m", "llada")))
+    cfg = resolve("polestar", gen_length=16, block_length=8, tau_s=0.3, measure_staleness=True)
+    frames = list(stream_run(host, "the cat sat", cfg, "polestar", threading.Event(), frame_s=0.0))
+    rec = frames[-1]
+    assert rec.done and rec.n_steps == rec.metrics["nfe"] == len(rec.canvases) == len(rec.drift)
+    assert rec.drift[0].shape == (2, 16) and rec.values[0].shape[0] == 16
+    canvas = figures.token_canvas(rec)
+    assert canvas.data[0].z.shape == (2, 8) and not (canvas.data[0].z == 0).any()  # everything committed
+    early = figures.token_canvas(rec, 1)
+    assert (early.data[0].z == 0).sum() > 0  # the playhead shows masks at step 1
+    drift = figures.drift_heatmap(rec, 1)
+    assert drift.data[0].z.shape == (16, rec.n_steps)
+    timeline = figures.commit_timeline(rec)
+    assert sum(len(t.x) for t in timeline.data[:-1]) == 16  # one marker per committed token
+    stale = figures.staleness_curves(rec)
+    assert len(stale.data) == 2 and np.isfinite(np.asarray(stale.data[0].y, dtype=float)).all()
+    pca = figures.pca_trajectories(rec, [0, 5])
+    assert len(pca.data) >= 2
+    assert all(f.layout.uirevision for f in (canvas, drift, timeline, stale, pca))
+
+
+def test_stop_ends_the_run_early(tmp_path):
+    host = ModelHost(str(write_checkpoint(tmp_path / "m", "dream")))
+    stop = threading.Event()
+    stop.set()
+    rec = list(stream_run(host, "the cat", resolve("baseline", gen_length=16, block_length=8), "b", stop))[-1]
+    assert rec.n_steps == 1 and rec.metrics["stopped"]
