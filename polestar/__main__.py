@@ -93,8 +93,8 @@ def _run(args: argparse.Namespace) -> int:
     for s in suites:
         polestar.tasks.make(s, 0)
     model = polestar.load_model(args.model, dtype=args.dtype, device=args.device)
-    rows = bench.run_bench(model, suites, args.n, methods, args.seed if args.seed is not None else 0, overrides,
-                           out=args.out)
+    rows = bench.run_bench(model, suites, args.n, bench.configs_for(methods, overrides),
+                           args.seed if args.seed is not None else 0, out=args.out)
     table = bench.summarise(rows)
     text = bench.markdown(table, rows[0])
     print(text)

@@ -20,7 +20,7 @@ from typing import Any
 
 from polestar import tasks
 from polestar.api import generate
-from polestar.config import resolve
+from polestar.config import DecodeConfig, resolve
 
 
 def provenance() -> dict[str, Any]:
@@ -38,11 +38,16 @@ def provenance() -> dict[str, Any]:
             "device": device, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def run_bench(model, suites: list[str], n: int, methods: list[str], seed: int, overrides: dict[str, Any],
+def configs_for(methods: list[str], overrides: dict[str, Any]) -> dict[str, DecodeConfig]:
+    """Preset names -> configs with the same overrides applied to each."""
+    return {m: resolve(m, **overrides) for m in methods}
+
+
+def run_bench(model, suites: list[str], n: int, configs: dict[str, DecodeConfig], seed: int,
               progress: bool = True, out: Path | None = None) -> list[dict[str, Any]]:
-    """Decode every example with every method. With `out`, rows are appended to that CSV as they finish and
-    (suite, example, method, config) rows already in it are skipped: an interrupted bench resumes."""
-    configs = {m: resolve(m, **overrides) for m in methods}
+    """Decode every example with every labelled config. With `out`, rows are appended to that CSV as they
+    finish and (suite, example, label, config) rows already in it are skipped: an interrupted bench resumes."""
+    methods = list(configs)
     config_json = {m: json.dumps(asdict(c), default=str) for m, c in configs.items()}
     rows = read_csv(out) if out is not None and out.is_file() else []
     done = {(r["suite"], int(r["example"]), r["method"], r["config"]) for r in rows}

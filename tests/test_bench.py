@@ -16,12 +16,13 @@ SMALL = {"gen_length": 16, "block_length": 8}
 def test_bench_rows_table_and_resume(tmp_path):
     model = polestar.load_model(write_checkpoint(tmp_path / "m", "llada"))
     out = tmp_path / "bench.csv"
-    rows = bench.run_bench(model, ["lists"], 2, ["baseline", "fast-dllm"], 0, SMALL, progress=False, out=out)
+    configs = bench.configs_for(["baseline", "fast-dllm"], SMALL)
+    rows = bench.run_bench(model, ["lists"], 2, configs, 0, progress=False, out=out)
     assert [(r["example"], r["method"]) for r in rows] == [(0, "baseline"), (0, "fast-dllm"), (1, "baseline"),
                                                           (1, "fast-dllm")]
     assert all(r["nfe"] == 16 for r in rows if r["method"] == "baseline")
     stamp = out.read_text().splitlines()
-    again = bench.run_bench(model, ["lists"], 2, ["baseline", "fast-dllm"], 0, SMALL, progress=False, out=out)
+    again = bench.run_bench(model, ["lists"], 2, configs, 0, progress=False, out=out)
     assert out.read_text().splitlines() == stamp  # nothing recomputed
     assert [r["nfe"] for r in again] == [r["nfe"] for r in rows]
     table = bench.summarise(again)

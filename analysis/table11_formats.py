@@ -1,0 +1,19 @@
+"""Table 11 on the embedded model: the format of Polestar's cached window hidden states.
+
+    python analysis/table11_formats.py compute --n 200 && python analysis/table11_formats.py plot
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from analysis.tables import main  # noqa: E402
+from polestar.config import resolve  # noqa: E402
+
+FORMATS = ("fp16", "fp8", "int8", "mxfp4", "int2", "nvfp4", "nvfp4-residual")
+
+if __name__ == "__main__":
+    main("table11_formats", "Hidden-state formats",
+         lambda a: {f: resolve("polestar", gen_length=a.gen_length, hidden_format=f) for f in FORMATS},
+         "fp16", ["arith"])

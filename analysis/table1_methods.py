@@ -1,0 +1,19 @@
+"""Table 1 on the embedded model: baseline, Fast-dLLM, Elastic-Cache, d2Cache, EntropyCache, Polestar.
+
+    python analysis/table1_methods.py compute --n 200 --gen-length 256   # resumable
+    python analysis/table1_methods.py plot --gen-length 256
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from analysis.tables import main  # noqa: E402
+from polestar.config import resolve  # noqa: E402
+
+METHODS = ("baseline", "fast-dllm", "elastic-cache", "d2cache", "entropy-cache", "polestar")
+
+if __name__ == "__main__":
+    main("table1_methods", "Methods on held-out tasks",
+         lambda a: {m: resolve(m, gen_length=a.gen_length) for m in METHODS}, "baseline", ["arith"])

@@ -1,0 +1,26 @@
+"""Table 4 on the embedded model: Fast-dLLM -> +Polestar-Cache -> +current-block commit -> +suffix commit.
+
+    python analysis/table4_ablation.py compute --n 200 && python analysis/table4_ablation.py plot
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from analysis.tables import main  # noqa: E402
+from polestar.config import resolve  # noqa: E402
+
+
+def configs(a):
+    g = a.gen_length
+    return {
+        "fast-dllm": resolve("fast-dllm", gen_length=g),
+        "+polestar-cache": resolve("polestar", gen_length=g, current_commit=False, suffix_commit=False),
+        "+current-commit": resolve("polestar", gen_length=g, suffix_commit=False),
+        "+suffix-commit": resolve("polestar", gen_length=g),
+    }
+
+
+if __name__ == "__main__":
+    main("table4_ablation", "Polestar component ablation", configs, "fast-dllm", ["arith"])

@@ -1,0 +1,60 @@
+"""The shipped model: loads like LLaDA-8B (no special case), decodes correctly, every preset runs on it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import polestar
+from polestar import tasks
+from polestar.api import encode_prompt
+from polestar.config import PRESETS, resolve
+from polestar.decode import decode
+from polestar.reference import generate as reference_generate
+
+ROOT = Path(polestar.DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return polestar.load_model(polestar.DEFAULT_MODEL)
+
+
+def test_shipped_folder_is_a_llada_checkpoint():
+    cfg = json.loads((ROOT / "config.json").read_text())
+    assert cfg["architectures"] == ["LLaDAModelLM"] and cfg["model_type"] == "llada"
+    assert cfg["max_sequence_length"] >= 1024
+    assert (ROOT / "model.safetensors").stat().st_size <= 40 * 2**20
+    for name in ("tokenizer.json", "tokenizer_config.json", "README.md"):
+        assert (ROOT / name).is_file()
+
+
+def test_baseline_equals_reference_sampler(model):
+    ex = tasks.make("arith", 1, seed=0)[0]
+    ids = encode_prompt(model, ex.prompt)
+    ours = decode(model, ids, resolve("baseline", gen_length=64, block_length=32))
+    ref = reference_generate(model, ids, 64, 32)
+    assert torch.equal(ours.canvas, ref.canvas)
+
+
+@pytest.mark.parametrize("method", list(PRESETS))
+def test_every_preset_runs(model, method):
+    out = polestar.generate(model, "Reverse the list: 3 1 4 1 5", method, gen_length=64)
+    assert len(out.token_ids) == 64 and model.mask_id not in out.token_ids and out.nfe >= 2
+
+
+def test_polestar_with_components_off_is_fast_dllm(model):
+    ids = encode_prompt(model, tasks.make("lists", 1, seed=0)[0].prompt)
+    off = dict(polestar_cache=False, current_commit=False, suffix_commit=False)
+    a = decode(model, ids, resolve("fast-dllm", gen_length=128))
+    b = decode(model, ids, resolve("polestar", gen_length=128, **off))
+    assert torch.equal(a.canvas, b.canvas) and a.nfe == b.nfe
+
+
+def test_solves_held_out_lists(model):
+    examples = tasks.make("lists", 6, seed=1)
+    solved = sum(tasks.score("lists", ex, polestar.generate(model, ex.prompt, "fast-dllm").text) for ex in examples)
+    assert solved >= 5, solved
