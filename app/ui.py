@@ -12,7 +12,9 @@ import gradio as gr
 
 from app import figures
 from app.record import RunRecord
+from app.compare import build_compare_tab
 from app.runner import ModelHost, stream_run
+from app.sweep import build_sweep_tab
 from polestar import tasks
 from polestar.config import PRESETS, DecodeConfig, resolve
 from polestar.errors import PolestarError
@@ -145,43 +147,47 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
     with gr.Blocks(title="Polestar Studio") as demo:
         gr.Markdown("# Polestar Studio\nWatch a masked diffusion LLM decode, step by step: which tokens commit and "
                     "why, how attention drifts, how stale the cache gets. Pick a method, tweak it, press **Run**.")
-        with gr.Row():
-            with gr.Column(scale=1, min_width=320):
-                prompt = gr.Textbox(label="Prompt", lines=4, value=examples[4].prompt)
-                gr.Examples([[ex.prompt] for ex in examples], inputs=[prompt], label="Task examples (known answers)")
-                method = gr.Dropdown(list(PRESETS), value="polestar", label="Method")
-                probe = gr.Checkbox(value=True, label="analysis probe (drift heatmap, PCA; not counted in NFE/TPS)")
+        with gr.Tabs() as tabs:
+            with gr.Tab("Run"):
                 with gr.Row():
-                    run_btn = gr.Button("Run", variant="primary")
-                    step_btn = gr.Button("Step")
-                    stop_btn = gr.Button("Stop")
-                    reset_btn = gr.Button("Reset")
-                status = gr.Markdown("ready")
-                metrics = gr.JSON(label="Metrics")
-                default = resolve("polestar")
-                with gr.Accordion("Polestar components", open=True):
-                    switches = [_component(n, getattr(default, n)) for n in SWITCHES]
-                with gr.Accordion("Hyperparameters", open=False):
-                    sliders = [_component(n, getattr(default, n)) for n in SLIDERS]
-            with gr.Column(scale=2):
-                playhead = gr.Slider(0, 1, value=0, step=1, label="Playhead (step)")
-                canvas_plot = gr.Plot(label="Token canvas")
-                gr.Markdown(EXPLAIN["canvas"])
-                with gr.Tabs():
-                    with gr.Tab("Drift"):
-                        layer = gr.Slider(0, 64, value=0, step=1, label="Layer")
-                        drift_plot = gr.Plot()
-                        gr.Markdown(EXPLAIN["drift"])
-                    with gr.Tab("PCA trajectories"):
-                        positions = gr.Textbox(value="0 1 2 3", label="Generated positions")
-                        pca_plot = gr.Plot()
-                        gr.Markdown(EXPLAIN["pca"])
-                    with gr.Tab("Commit timeline"):
-                        timeline_plot = gr.Plot()
-                        gr.Markdown(EXPLAIN["timeline"])
-                    with gr.Tab("KV staleness"):
-                        staleness_plot = gr.Plot()
-                        gr.Markdown(EXPLAIN["staleness"])
+                    with gr.Column(scale=1, min_width=320):
+                        prompt = gr.Textbox(label="Prompt", lines=4, value=examples[4].prompt)
+                        gr.Examples([[ex.prompt] for ex in examples], inputs=[prompt],
+                                    label="Task examples (known answers)")
+                        method = gr.Dropdown(list(PRESETS), value="polestar", label="Method")
+                        probe = gr.Checkbox(value=True,
+                                            label="analysis probe (drift heatmap, PCA; not counted in NFE/TPS)")
+                        with gr.Row():
+                            run_btn = gr.Button("Run", variant="primary")
+                            step_btn = gr.Button("Step")
+                            stop_btn = gr.Button("Stop")
+                            reset_btn = gr.Button("Reset")
+                        status = gr.Markdown("ready")
+                        metrics = gr.JSON(label="Metrics")
+                        default = resolve("polestar")
+                        with gr.Accordion("Polestar components", open=True):
+                            switches = [_component(n, getattr(default, n)) for n in SWITCHES]
+                        with gr.Accordion("Hyperparameters", open=False):
+                            sliders = [_component(n, getattr(default, n)) for n in SLIDERS]
+                    with gr.Column(scale=2):
+                        playhead = gr.Slider(0, 1, value=0, step=1, label="Playhead (step)")
+                        canvas_plot = gr.Plot(label="Token canvas")
+                        gr.Markdown(EXPLAIN["canvas"])
+                        with gr.Tabs():
+                            with gr.Tab("Drift"):
+                                layer = gr.Slider(0, 64, value=0, step=1, label="Layer")
+                                drift_plot = gr.Plot()
+                                gr.Markdown(EXPLAIN["drift"])
+                            with gr.Tab("PCA trajectories"):
+                                positions = gr.Textbox(value="0 1 2 3", label="Generated positions")
+                                pca_plot = gr.Plot()
+                                gr.Markdown(EXPLAIN["pca"])
+                            with gr.Tab("Commit timeline"):
+                                timeline_plot = gr.Plot()
+                                gr.Markdown(EXPLAIN["timeline"])
+                            with gr.Tab("KV staleness"):
+                                staleness_plot = gr.Plot()
+                                gr.Markdown(EXPLAIN["staleness"])
         panels = [canvas_plot, drift_plot, timeline_plot, staleness_plot, pca_plot]
         controls = [*switches, *sliders]
         run_event = run_btn.click(_named(run, ["prompt", "method", "probe", "layer", "positions", *CONTROLS]),
@@ -195,6 +201,9 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
         layer.release(move, [playhead, layer, positions], panels, api_name=False)
         positions.submit(move, [playhead, layer, positions], panels, api_name=False)
         method.change(preset_values, method, controls, api_name=False)
+        with tabs:
+            build_compare_tab(host, examples[4].prompt)
+            build_sweep_tab(host)
     return demo
 
 

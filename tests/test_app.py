@@ -73,3 +73,20 @@ def test_bad_input_gets_a_message_and_the_app_keeps_serving(client):
         client.predict("Copy the list: 1 2", gen_length=40, api_name="/run")
     final = _metrics(client.predict("Copy the list: 1 2 3 4", **FAST, api_name="/run"))
     assert final["nfe"] >= 1
+
+
+def test_compare_reports_a_diff(client):
+    *_, summary = client.predict("Copy the list: 1 2 3", "fast-dllm", "polestar", 64, 0, api_name="/compare")
+    assert summary["A"] == "A: fast-dllm" and summary["nfe_A"] >= 1 and summary["nfe_B"] >= 1
+    assert summary["differing_tokens"] == len(summary["differing_positions"]) or summary["differing_tokens"] > 64
+
+
+def test_sweep_table_and_cache(client):
+    import time
+
+    args = ("fast-dllm", "tau_s", "0.8, 0.95", "lists", 2, 32)
+    _, table = client.predict(*args, api_name="/sweep")
+    assert [row[0] for row in table["data"]] == [0.8, 0.95]
+    start = time.perf_counter()
+    _, again = client.predict(*args, api_name="/sweep")
+    assert again["data"] == table["data"] and time.perf_counter() - start < 5  # served from the cache
