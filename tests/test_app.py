@@ -81,12 +81,10 @@ def test_compare_reports_a_diff(client):
     assert summary["differing_tokens"] == len(summary["differing_positions"]) or summary["differing_tokens"] > 64
 
 
-def test_sweep_table_and_cache(client):
-    import time
-
+def test_sweep_table(client):
     args = ("fast-dllm", "tau_s", "0.8, 0.95", "lists", 2, 32)
     _, table = client.predict(*args, api_name="/sweep")
     assert [row[0] for row in table["data"]] == [0.8, 0.95]
-    start = time.perf_counter()
+    assert all(0 <= row[1] <= 100 and row[4] >= 1 for row in table["data"])
     _, again = client.predict(*args, api_name="/sweep")
-    assert again["data"] == table["data"] and time.perf_counter() - start < 5  # served from the cache
+    assert again["data"] == table["data"]
