@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from app import figures
+from app import figures, runio
 from app.record import RunRecord
 from app.compare import build_compare_tab
 from app.runner import ModelHost, stream_run
@@ -139,6 +141,32 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
         records.pop(request.session_hash, None)
         return (*_panels(None, None, 0, ""), {}, "ready", gr.Slider(minimum=0, maximum=1, value=0))
 
+    def export(request: gr.Request, kind: str):
+        rec = records.get(request.session_hash)
+        if rec is None or not rec.done:
+            raise gr.Error("Nothing to export yet: run a prompt to the end first.")
+        path = Path(tempfile.mkdtemp()) / f"polestar-run.{kind}"
+        if kind == "parquet":
+            runio.save_parquet(rec, path)
+        else:
+            path.write_text(runio.html_report(rec))
+        return str(path)
+
+    def export_parquet(request: gr.Request):
+        return export(request, "parquet")
+
+    def export_report(request: gr.Request):
+        return export(request, "html")
+
+    def load(file, layer: float, positions: str, request: gr.Request):
+        try:
+            rec = runio.load_parquet(file)
+        except runio.RunFileError as exc:
+            raise gr.Error(f"Cannot load this file: {exc}") from None
+        records[request.session_hash] = rec
+        slider = gr.Slider(minimum=0, maximum=max(rec.n_steps, 1), value=rec.n_steps, step=1)
+        return (*_panels(rec, None, layer, positions), rec.metrics, f"loaded {rec.label}", slider)
+
     def preset_values(method: str):
         cfg = resolve(method)
         return [gr.update(value=str(getattr(cfg, n)) if FIELDS[n].metadata["choices"] else getattr(cfg, n))
@@ -169,6 +197,12 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                             switches = [_component(n, getattr(default, n)) for n in SWITCHES]
                         with gr.Accordion("Hyperparameters", open=False):
                             sliders = [_component(n, getattr(default, n)) for n in SLIDERS]
+                        with gr.Accordion("Export / import", open=False):
+                            with gr.Row():
+                                export_trace = gr.Button("Download trace (parquet)")
+                                export_html = gr.Button("Download report (HTML)")
+                            download = gr.File(label="Download", interactive=False)
+                            upload = gr.File(label="Load a trace (.parquet)", file_types=[".parquet"])
                     with gr.Column(scale=2):
                         playhead = gr.Slider(0, 1, value=0, step=1, label="Playhead (step)")
                         canvas_plot = gr.Plot(label="Token canvas")
@@ -201,6 +235,9 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
         layer.release(move, [playhead, layer, positions], panels, api_name=False)
         positions.submit(move, [playhead, layer, positions], panels, api_name=False)
         method.change(preset_values, method, controls, api_name=False)
+        export_trace.click(export_parquet, None, download, api_name=False)
+        export_html.click(export_report, None, download, api_name=False)
+        upload.upload(load, [upload, layer, positions], [*panels, metrics, status, playhead], api_name=False)
         with tabs:
             build_compare_tab(host, examples[4].prompt)
             build_sweep_tab(host)

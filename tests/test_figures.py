@@ -40,3 +40,29 @@ def test_stop_ends_the_run_early(tmp_path):
     stop.set()
     rec = list(stream_run(host, "the cat", resolve("baseline", gen_length=16, block_length=8), "b", stop))[-1]
     assert rec.n_steps == 1 and rec.metrics["stopped"]
+
+
+def test_run_export_import_round_trip_and_bad_files(tmp_path):
+    import pytest
+
+    from app import runio
+
+    host = ModelHost(str(write_checkpoint(tmp_path / "m", "llada")))
+    cfg = resolve("polestar", gen_length=16, block_length=8, tau_s=0.3)
+    rec = list(stream_run(host, "the cat sat", cfg, "polestar", threading.Event(), frame_s=0.0))[-1]
+    path = runio.save_parquet(rec, tmp_path / "run.parquet")
+    back = runio.load_parquet(path)
+    assert back.n_steps == rec.n_steps and back.config == rec.config and back.metrics == rec.metrics
+    assert all((a == b).all() for a, b in zip(back.canvases, rec.canvases))
+    assert all(np.allclose(a, b) for a, b in zip(back.drift, rec.drift))
+    assert [c.reason for e in back.events for c in e.commits] == [c.reason for e in rec.events for c in e.commits]
+    html = runio.html_report(back)
+    assert html.startswith("<!doctype html>") and "Plotly" in html and "Token canvas" in html
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(runio.RunFileError, match="not a parquet file"):
+        runio.load_parquet(tmp_path / "bad.parquet")
+    import pandas as pd
+
+    pd.DataFrame({"a": [1]}).to_parquet(tmp_path / "other.parquet")
+    with pytest.raises(runio.RunFileError, match="not a Polestar Studio run"):
+        runio.load_parquet(tmp_path / "other.parquet")
