@@ -231,7 +231,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
         stop_btn.click(stop_run, None, status, cancels=[run_event], api_name="stop")
         reset_btn.click(reset, None, [*panels, metrics, status, playhead], api_name="reset")
         step_btn.click(step, [playhead, layer, positions], [*panels, playhead], api_name="step")
-        playhead.release(move, [playhead, layer, positions], panels, api_name="playhead")
+        playhead.input(move, [playhead, layer, positions], panels, api_name="playhead")
         layer.release(move, [playhead, layer, positions], panels, api_name=False)
         positions.submit(move, [playhead, layer, positions], panels, api_name=False)
         method.change(preset_values, method, controls, api_name=False)
