@@ -166,5 +166,7 @@ def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None)
 def _display(rec: RunRecord, token: int) -> str:
     if token == rec.mask_id:
         return "▒"
+    if token == rec.eos_id:
+        return "∅"
     text = rec.vocab[token] if 0 <= token < len(rec.vocab) else str(token)
     return text.replace("Ġ", "␣").replace("Ċ", "⏎")

@@ -124,7 +124,9 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
 
     def move(t: float, layer: float, positions: str, request: gr.Request):
         rec = records.get(request.session_hash)
-        return _panels(rec, int(t) if rec else None, layer, positions)
+        if rec is None or not rec.done:  # while a run streams, its own frames drive the panels
+            return [gr.skip()] * 5
+        return _panels(rec, int(t), layer, positions)
 
     def step(t: float, layer: float, positions: str, request: gr.Request):
         rec = records.get(request.session_hash)
@@ -231,7 +233,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
         stop_btn.click(stop_run, None, status, cancels=[run_event], api_name="stop")
         reset_btn.click(reset, None, [*panels, metrics, status, playhead], api_name="reset")
         step_btn.click(step, [playhead, layer, positions], [*panels, playhead], api_name="step")
-        playhead.input(move, [playhead, layer, positions], panels, api_name="playhead")
+        playhead.change(move, [playhead, layer, positions], panels, api_name="playhead", show_progress="hidden")
         layer.release(move, [playhead, layer, positions], panels, api_name=False)
         positions.submit(move, [playhead, layer, positions], panels, api_name=False)
         method.change(preset_values, method, controls, api_name=False)
@@ -248,10 +250,13 @@ def _named(fn, names: list[str]):
     """Wrap `fn(*values, request)` so its signature names every input: API clients can then pass
     `gen_length=64` by keyword (Gradio names endpoint parameters after the handler's signature)."""
 
-    def handler(*args, request: gr.Request = None, **kwargs):
-        yield from fn(*args, request=request, **kwargs)
+    def handler(*args, request: gr.Request = None):
+        if args and isinstance(args[-1], gr.Request):  # Gradio passes the request as the last positional
+            *args, request = args
+        yield from fn(*args, request=request)
 
-    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
-    params.append(inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=gr.Request))
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter(n, kind) for n in names]
+    params.append(inspect.Parameter("request", kind, default=None, annotation=gr.Request))
     handler.__signature__ = inspect.Signature(params)
     return handler

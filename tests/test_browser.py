@@ -42,9 +42,7 @@ def test_run_an_example_and_scrub(page, tmp_path):
     title = page.locator(".js-plotly-plot .gtitle").first.text_content()
     assert title.startswith("Token canvas — step")
     steps = int(title.split("/")[-1])
-    box = page.get_by_label("Playhead (step)", exact=True).locator("xpath=..").locator("input[type=number]").first
-    box.fill("1")
-    box.press("Enter")
+    page.locator("input[type=range][aria-label*='Playhead']").first.fill("1")
     page.wait_for_function(
         "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
         ".some(t => t.textContent.startsWith('Token canvas — step 1/'))", timeout=30_000)
