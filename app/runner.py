@@ -31,17 +31,19 @@ class ModelHost:
     path: str
     device: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _load_lock: threading.Lock = field(default_factory=threading.Lock)
     _model: object = None
 
     def get(self):
-        if self._model is None:
-            import torch
+        with self._load_lock:  # the background preload and a first run may race: load once
+            if self._model is None:
+                import torch
 
-            import polestar
+                import polestar
 
-            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            self._model = polestar.load_model(self.path, device=device)
-            log.info("model %s loaded on %s", self.path, device)
+                device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+                self._model = polestar.load_model(self.path, device=device)
+                log.info("model %s loaded on %s", self.path, device)
         return self._model
 
 

@@ -91,6 +91,8 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
     import polestar
 
     host = ModelHost(model_path or polestar.DEFAULT_MODEL, device)
+    # load the shared model in the background while the page is being served, so the first Run is quick
+    threading.Thread(target=host.get, daemon=True, name="model-load").start()
     records: dict[str, RunRecord] = {}
     stops: dict[str, threading.Event] = {}
     examples = _examples()
