@@ -65,3 +65,15 @@ def test_export_loads_as_llada(trained, tmp_path):
         assert tok.decode(ids) == ex.prompt + "\n" + ex.answer
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
     assert text.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_init_from_a_checkpoint_continues_its_weights(trained, tmp_path):
+    """A run started from a shipped checkpoint takes its tokenizer and weights (one step away from them)."""
+    _, run = trained
+    shipped = export(run, tmp_path / "model")
+    cont = TrainConfig(out_dir=str(tmp_path / "cont"), steps=40, init_from=str(shipped), **MICRO)
+    train(cont, until=1)
+    assert (tmp_path / "cont" / "tokenizer" / "tokenizer.json").read_text() == (shipped / "tokenizer.json").read_text()
+    after = load_file(str(tmp_path / "cont" / "state.safetensors"))["model/embed_tokens.weight"]
+    start = polestar.load_model(shipped, dtype=torch.float32).embed_tokens.weight
+    assert (after - start).abs().max() < 0.05 * start.abs().max()

@@ -49,6 +49,8 @@ class TrainConfig:
     mask_eps: float = field(default=1e-3, metadata={"help": "lower bound of the mask ratio t"})
     seed: int = field(default=0, metadata={"help": "seed of init and data"})
     tokenizer_corpus: int = field(default=20000, metadata={"help": "examples per task to train the tokenizer on"})
+    init_from: str = field(default="", metadata={"help": "start from this LLaDA-format checkpoint (its weights and "
+                                                          "tokenizer), e.g. the shipped model, instead of random"})
     autocast: bool = field(default=True, metadata={"help": "bf16 autocast on CPU"})
     log_every: int = field(default=25, metadata={"help": "log interval in steps"})
     ckpt_every: int = field(default=200, metadata={"help": "checkpoint interval in steps"})
@@ -118,6 +120,12 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out_dir)
     tok_dir = out / "tokenizer"
+    if cfg.init_from and not (tok_dir / "tokenizer.json").is_file():
+        import shutil
+
+        tok_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(Path(cfg.init_from) / name, tok_dir / name)
     if not (tok_dir / "tokenizer.json").is_file():
         from polestar import tasks
 
@@ -132,6 +140,8 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     start = _resume(out, model, opt)
+    if start == 0 and cfg.init_from:
+        _init_from(model, Path(cfg.init_from))
     batcher = TaskBatcher(tokenizer, special["eos"], cfg.seed, cfg.token_budget, cfg.response_lengths)
     model.train()
     out.mkdir(parents=True, exist_ok=True)
@@ -172,6 +182,20 @@ def _save(out: Path, model: Transformer, opt: torch.optim.Optimizer, step: int, 
     save_file(tensors, str(tmp))
     tmp.replace(out / "state.safetensors")
     (out / "state.json").write_text(json.dumps({"step": step, "config": asdict(cfg)}, indent=2))
+
+
+def _init_from(model: Transformer, path: Path) -> None:
+    """Copy the weights of a LLaDA-format checkpoint (same architecture) into `model`, in fp32."""
+    from polestar.models.loader import load_model
+
+    source = load_model(path, dtype=torch.float32)
+    if source.spec.d_model != model.spec.d_model or source.spec.n_layers != model.spec.n_layers:
+        raise ConfigError(f"{path} has d_model {source.spec.d_model} × {source.spec.n_layers} layers; the run wants "
+                          f"{model.spec.d_model} × {model.spec.n_layers}: pass the same size flags")
+    with torch.no_grad():
+        for (name, p), (_, q) in zip(model.named_parameters(), source.named_parameters()):
+            p.copy_(q)
+    log.info("initialised from %s", path)
 
 
 def _resume(out: Path, model: Transformer, opt: torch.optim.Optimizer) -> int:
