@@ -52,9 +52,3 @@ def test_polestar_with_components_off_is_fast_dllm(model):
     a = decode(model, ids, resolve("fast-dllm", gen_length=128))
     b = decode(model, ids, resolve("polestar", gen_length=128, **off))
     assert torch.equal(a.canvas, b.canvas) and a.nfe == b.nfe
-
-
-def test_solves_held_out_lists(model):
-    examples = tasks.make("lists", 6, seed=1)
-    solved = sum(tasks.score("lists", ex, polestar.generate(model, ex.prompt, "fast-dllm").text) for ex in examples)
-    assert solved >= 5, solved
