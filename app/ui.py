@@ -57,6 +57,16 @@ def _component(name: str, value: Any):
     return gr.Slider(meta["min"], meta["max"], value=value, step=meta["step"], label=label, info=meta["help"])
 
 
+def on_gpu(fn):
+    """On a Hugging Face ZeroGPU Space (the `spaces` package importable) the handler gets a GPU for its
+    duration; anywhere else the handler is returned unchanged."""
+    try:
+        import spaces
+    except ImportError:
+        return fn
+    return spaces.GPU(duration=120)(fn)
+
+
 def _examples() -> list[tasks.Example]:
     return tasks.make("arith", 4, seed=0) + tasks.make("lists", 4, seed=0)
 
@@ -228,7 +238,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                                 gr.Markdown(EXPLAIN["staleness"])
         panels = [canvas_plot, drift_plot, timeline_plot, staleness_plot, pca_plot]
         controls = [*switches, *sliders]
-        run_event = run_btn.click(_named(run, ["prompt", "method", "probe", "layer", "positions", *CONTROLS]),
+        run_event = run_btn.click(on_gpu(_named(run, ["prompt", "method", "probe", "layer", "positions", *CONTROLS])),
                                   [prompt, method, probe, layer, positions, *controls],
                                   [*panels, metrics, status, playhead], api_name="run", show_progress="hidden",
                                   concurrency_limit=4)

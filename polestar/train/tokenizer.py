@@ -25,14 +25,15 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(corpus: list[str], vocab_size: int, out_dir: Path) -> dict[str, int]:
-    """Train on `corpus`, write tokenizer.json + tokenizer_config.json into `out_dir`; return special ids."""
+def train_tokenizer(corpus: list[str], vocab_size: int, out_dir: Path, split_digits: bool = True) -> dict[str, int]:
+    """Train on `corpus`, write tokenizer.json + tokenizer_config.json into `out_dir`; return special ids.
+    `split_digits=False` lets BPE merge frequent numbers into single tokens (' 41' is one token)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-    )
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+                         if split_digits else byte_level)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

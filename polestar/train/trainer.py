@@ -49,6 +49,7 @@ class TrainConfig:
     mask_eps: float = field(default=1e-3, metadata={"help": "lower bound of the mask ratio t"})
     seed: int = field(default=0, metadata={"help": "seed of init and data"})
     tokenizer_corpus: int = field(default=20000, metadata={"help": "examples per task to train the tokenizer on"})
+    split_digits: bool = field(default=True, metadata={"help": "one token per digit (else BPE merges numbers)"})
     init_from: str = field(default="", metadata={"help": "start from this LLaDA-format checkpoint (its weights and "
                                                           "tokenizer), e.g. the shipped model, instead of random"})
     autocast: bool = field(default=True, metadata={"help": "bf16 autocast on CPU"})
@@ -130,7 +131,7 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
         from polestar import tasks
 
         corpus = [ex.prompt + "\n" + ex.answer for name in ("arith", "lists") for ex in tasks.make(name, cfg.tokenizer_corpus, 1, "train")]
-        train_tokenizer(corpus + ["user", "assistant"], cfg.vocab_size, tok_dir)
+        train_tokenizer(corpus + ["user", "assistant"], cfg.vocab_size, tok_dir, cfg.split_digits)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(tok_dir))
     special = {k: tokenizer.convert_tokens_to_ids(v) for k, v in
                {"eos": tokenizer.eos_token, "bos": tokenizer.bos_token, "mask": tokenizer.mask_token}.items()}
