@@ -1,0 +1,51 @@
+"""Screenshots of the app for the README: the main view after a run, a comparison and a sweep.
+
+    python analysis/app_screenshots.py   # writes docs/screenshots/{main,compare,sweep}.png (needs chromium)
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+
+    import app
+    import polestar
+
+    out = ROOT / "docs" / "screenshots"
+    out.mkdir(parents=True, exist_ok=True)
+    demo = app.create_app(polestar.DEFAULT_MODEL)
+    demo.queue().launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(demo.local_url)
+        page.get_by_role("button", name="Run", exact=True).click()
+        page.get_by_text("done", exact=True).wait_for(timeout=180_000)
+        page.screenshot(path=str(out / "main.png"), full_page=True)
+        page.get_by_role("tab", name="Compare").click()
+        page.get_by_role("button", name="Compare", exact=True).click()
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 5", timeout=180_000)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(out / "compare.png"), full_page=True)
+        page.get_by_role("tab", name="Sweep").click()
+        page.get_by_role("button", name="Sweep", exact=True).click()
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')].some(t => t.textContent.includes('sweeping'))",
+            timeout=300_000)
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(out / "sweep.png"), full_page=True)
+        browser.close()
+    demo.close()
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
