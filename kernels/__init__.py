@@ -1,1 +1,7 @@
-"""Triton kernels for Polestar's hot paths, each beside a torch reference (the kernels issue fills this)."""
+"""Triton kernels for Polestar's hot paths, each file with its kernel, launcher, a readable torch reference and
+a public entry taking `impl="auto" | "triton" | "torch"`. Kernels never import polestar; Triton is imported only
+when a kernel first runs.
+
+- `nvfp4.py`: NVFP4 quantize / dequantize (E2M1 codes two per byte, E4M3 scales per 16, fp32 tensor scale).
+- `mxfp4.py`: MXFP4 quantize / dequantize (E2M1 codes, E8M0 scales per 32).
+"""

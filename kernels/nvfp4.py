@@ -98,7 +98,8 @@ def triton_available(device: torch.device) -> bool:
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _resolve(impl: str, device: torch.device) -> str:
+def resolve_impl(impl: str, device: torch.device) -> str:
+    """'auto' -> 'triton' on a CUDA device or under the interpreter, else 'torch'; shared by every kernel."""
     if impl not in ("auto", "triton", "torch"):
         raise ValueError(f"impl must be 'auto', 'triton' or 'torch', got {impl!r}")
     if impl == "auto":
@@ -112,7 +113,7 @@ def nvfp4_quantize(x: torch.Tensor, tensor_scale: torch.Tensor | None = None, im
     """x [rows, C] -> (codes [rows, C/2] uint8, scales [rows, C/16] uint8 E4M3 bits, tensor_scale fp32 [])."""
     if x.dim() != 2 or x.shape[1] % GROUP:
         raise ValueError(f"x must be [rows, C] with C a multiple of {GROUP}, got {list(x.shape)}")
-    if _resolve(impl, x.device) == "torch":
+    if resolve_impl(impl, x.device) == "torch":
         return nvfp4_quantize_reference(x, tensor_scale)
     s = tensor_scale_of(x) if tensor_scale is None else tensor_scale.float()
     rows, n_groups = x.shape[0], x.numel() // GROUP
@@ -128,7 +129,7 @@ def nvfp4_quantize(x: torch.Tensor, tensor_scale: torch.Tensor | None = None, im
 def nvfp4_dequantize(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Tensor,
                      impl: str = "auto") -> torch.Tensor:
     """Inverse of `nvfp4_quantize`: fp32 [rows, C]."""
-    if _resolve(impl, codes.device) == "torch":
+    if resolve_impl(impl, codes.device) == "torch":
         return nvfp4_dequantize_reference(codes, scales, tensor_scale)
     rows, n_groups = codes.shape[0], scales.numel()
     out = torch.empty(rows, codes.shape[1] * 2, dtype=torch.float32, device=codes.device)
