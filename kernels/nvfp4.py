@@ -99,11 +99,12 @@ def triton_available(device: torch.device) -> bool:
 
 
 def resolve_impl(impl: str, device: torch.device) -> str:
-    """'auto' -> 'triton' on a CUDA device or under the interpreter, else 'torch'; shared by every kernel."""
+    """'auto' -> 'triton' on a CUDA device with Triton, else 'torch' (the interpreter is for tests: ask for it
+    with impl='triton'); shared by every kernel."""
     if impl not in ("auto", "triton", "torch"):
         raise ValueError(f"impl must be 'auto', 'triton' or 'torch', got {impl!r}")
     if impl == "auto":
-        return "triton" if triton_available(device) else "torch"
+        return "triton" if device.type == "cuda" and triton_available(device) else "torch"
     if impl == "triton" and not triton_available(device):
         raise RuntimeError("impl='triton' needs a CUDA device or TRITON_INTERPRET=1 (set before importing triton)")
     return impl

@@ -96,6 +96,8 @@ class DecodeConfig:
     drift_reference: DriftReference = _f(DriftReference.LAST_REFRESH, "reference of the cluster drift", "polestar",
                                          choices=tuple(DriftReference))
     kmeans_iters: int = _f(5, "spherical k-means iterations", "polestar", 1, 50, 1)
+    impl: str = _f("auto", "kernels: 'triton' (CUDA, or the interpreter in tests), 'torch' references, 'auto' "
+                   "(Triton on a CUDA device)", "system", choices=("auto", "triton", "torch"))
     measure_staleness: bool = _f(False, "measure KV staleness against a full recompute each step (not counted "
                                  "in NFE or TPS)", "analysis")
 

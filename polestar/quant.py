@@ -13,7 +13,8 @@ shape [..., channels]. Formats:
   x − anchor, where the caller gives the anchor (the member's cluster centroid at quantization time); the
   anchor is stored with the codes, so dequantization is exact whatever happens to the live centroid later.
 E2M1 codes are packed two per byte (low nibble first): bit 3 is the sign, bits 0–2 index the magnitudes
-{0, 0.5, 1, 1.5, 2, 3, 4, 6}. Rounding is round-to-nearest, ties to the even code.
+{0, 0.5, 1, 1.5, 2, 3, 4, 6}. Rounding is round-to-nearest, ties to the even code. The 4-bit formats run in
+`kernels/` (Triton kernel or its torch reference, chosen by `impl`); the rest are plain torch here.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ import torch
 
 from polestar.errors import ConfigError
 
-E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 E4M3_MAX = 448.0
-FP4_MAX = 6.0
 
 
 @dataclass
@@ -43,33 +42,6 @@ class Quantized:
     def nbytes(self) -> int:
         parts = (self.codes, self.scales, self.tensor_scale, self.anchor, self.anchor_index)
         return sum(p.numel() * p.element_size() for p in parts if p is not None)
-
-
-def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
-    """Round fp32 `x` (already scaled into [−6, 6]) to 4-bit E2M1 codes (uint8 0..15), RNE on the grid."""
-    grid = torch.tensor(E2M1_GRID, dtype=torch.float32, device=x.device)
-    mag = x.abs().clamp(max=FP4_MAX)
-    mids = (grid[1:] + grid[:-1]) / 2
-    index = torch.bucketize(mag, mids)  # mag == mid goes to the lower code
-    tie = (index < len(mids)) & (mag == mids.clamp(max=FP4_MAX)[index.clamp(max=len(mids) - 1)])
-    index = torch.where(tie & (index % 2 == 1), index + 1, index)  # ties to the even code
-    sign = (x < 0) & (index > 0)
-    return (index + 8 * sign).to(torch.uint8)
-
-
-def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
-    grid = torch.tensor(E2M1_GRID, dtype=torch.float32, device=codes.device)
-    mag = grid[(codes & 7).long()]
-    return torch.where(codes >= 8, -mag, mag)
-
-
-def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
-    """[..., 2n] uint8 codes < 16 -> [..., n] bytes (low nibble = even index)."""
-    return codes[..., 0::2] | (codes[..., 1::2] << 4)
-
-
-def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
-    return torch.stack([packed & 15, packed >> 4], dim=-1).flatten(-2)
 
 
 def _groups(x: torch.Tensor, size: int) -> torch.Tensor:
@@ -117,39 +89,45 @@ class IntN:
 
 
 class MXFP4:
+    """E2M1 codes (two per byte) with one E8M0 scale per 32 channels: `kernels.mxfp4`."""
+
     name, group = "mxfp4", 32
 
+    def __init__(self, impl: str = "torch") -> None:
+        self.impl = impl
+
     def quantize(self, x: torch.Tensor, tensor_scale: torch.Tensor | None = None) -> Quantized:
-        g = _groups(x, self.group)
-        amax = g.abs().amax(-1, keepdim=True)
-        exponent = torch.floor(torch.log2(amax.clamp_min(2.0**-126))) - 2  # E2M1's largest exponent is 2
-        exponent = exponent.clamp(-127, 127)
-        codes = e2m1_encode(g / torch.exp2(exponent))
-        return Quantized(tuple(x.shape), pack_nibbles(codes), scales=(exponent.squeeze(-1) + 127).to(torch.uint8))
+        from kernels.mxfp4 import mxfp4_quantize
+
+        _groups(x, self.group)
+        codes, scales = mxfp4_quantize(x.reshape(-1, x.shape[-1]), impl=self.impl)
+        return Quantized(tuple(x.shape), codes, scales=scales)
 
     def dequantize(self, q: Quantized) -> torch.Tensor:
-        values = e2m1_decode(unpack_nibbles(q.codes))
-        return (values * torch.exp2(q.scales.float() - 127).unsqueeze(-1)).reshape(q.shape)
+        from kernels.mxfp4 import mxfp4_dequantize
+
+        return mxfp4_dequantize(q.codes, q.scales, impl=self.impl).reshape(q.shape)
 
 
 class NVFP4:
+    """E2M1 codes (two per byte), an E4M3 scale per 16 channels and an fp32 tensor scale: `kernels.nvfp4`."""
+
     name, group = "nvfp4", 16
 
+    def __init__(self, impl: str = "torch") -> None:
+        self.impl = impl
+
     def quantize(self, x: torch.Tensor, tensor_scale: torch.Tensor | None = None) -> Quantized:
-        g = _groups(x, self.group)
-        if tensor_scale is None:
-            tensor_scale = (g.abs().amax() / (FP4_MAX * E4M3_MAX)).clamp_min(torch.finfo(torch.float32).tiny)
-        # rows rewritten under a fixed tensor scale may exceed E4M3's range: saturate instead of NaN
-        block = (g.abs().amax(-1, keepdim=True) / (FP4_MAX * tensor_scale)).clamp(max=E4M3_MAX)
-        block = block.to(torch.float8_e4m3fn)
-        denom = block.float() * tensor_scale
-        safe = torch.where(denom > 0, denom, torch.ones_like(denom))
-        codes = e2m1_encode(torch.where(denom > 0, g / safe, torch.zeros_like(g)))
-        return Quantized(tuple(x.shape), pack_nibbles(codes), scales=block.squeeze(-1), tensor_scale=tensor_scale)
+        from kernels.nvfp4 import nvfp4_quantize
+
+        _groups(x, self.group)
+        codes, scales, s = nvfp4_quantize(x.reshape(-1, x.shape[-1]), tensor_scale, impl=self.impl)
+        return Quantized(tuple(x.shape), codes, scales=scales, tensor_scale=s)
 
     def dequantize(self, q: Quantized) -> torch.Tensor:
-        values = e2m1_decode(unpack_nibbles(q.codes))
-        return (values * (q.scales.float() * q.tensor_scale).unsqueeze(-1)).reshape(q.shape)
+        from kernels.nvfp4 import nvfp4_dequantize
+
+        return nvfp4_dequantize(q.codes, q.scales, q.tensor_scale, impl=self.impl).reshape(q.shape)
 
 
 class Residual:
@@ -175,17 +153,18 @@ class Residual:
         return self.inner.dequantize(q) + q.anchor[q.anchor_index]
 
 
-_BASE = {"fp16": NoQuant, "fp8": FP8, "int8": lambda: IntN(8), "int2": lambda: IntN(2), "mxfp4": MXFP4,
-         "nvfp4": NVFP4}
+_BASE = {"fp16": lambda impl: NoQuant(), "fp8": lambda impl: FP8(), "int8": lambda impl: IntN(8),
+         "int2": lambda impl: IntN(2), "mxfp4": MXFP4, "nvfp4": NVFP4}
 FORMATS = (*_BASE, *(f"{n}-residual" for n in _BASE if n != "fp16"))
 
 
-def get_format(name: str):
-    """A quantization format by name (see FORMATS)."""
+def get_format(name: str, impl: str = "torch"):
+    """A quantization format by name (see FORMATS); `impl` picks the Triton kernels or their torch references
+    for the 4-bit formats ("auto": Triton on a CUDA device)."""
     if name in _BASE:
-        return _BASE[name]()
+        return _BASE[name](impl)
     if name.endswith("-residual") and name.removesuffix("-residual") in _BASE and name != "fp16-residual":
-        return Residual(_BASE[name.removesuffix("-residual")]())
+        return Residual(_BASE[name.removesuffix("-residual")](impl))
     raise ConfigError(f"unknown hidden format {name!r}: choose one of {', '.join(FORMATS)}")
 
 

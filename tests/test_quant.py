@@ -9,7 +9,11 @@ import pytest
 import torch
 
 from polestar.errors import ConfigError
-from polestar.quant import E2M1_GRID, FORMATS, e2m1_decode, e2m1_encode, get_format
+from kernels.nvfp4 import e2m1_decode_reference as e2m1_decode
+from kernels.nvfp4 import e2m1_encode_reference as e2m1_encode
+from polestar.quant import FORMATS, RowStore, get_format
+
+E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
 def _rne_e2m1(v: float) -> float:
@@ -100,3 +104,21 @@ def test_every_format_by_name_and_unknown_refused():
         get_format("fp3")
     with pytest.raises(ConfigError, match="multiple of the group size 16"):
         get_format("nvfp4").quantize(torch.randn(2, 20))
+
+
+@pytest.mark.parametrize("name", ["nvfp4-residual", "mxfp4", "int8", "fp8-residual"])
+def test_row_store_rewrites_rows_and_keeps_the_others(name):
+    g = torch.Generator().manual_seed(5)
+    centroids = torch.randn(2, 64, generator=g)
+    labels = torch.randint(0, 2, (10,), generator=g)
+    x = centroids[labels] + 0.1 * torch.randn(10, 64, generator=g)
+    store = RowStore(get_format(name), x, centroids, labels)
+    before = store.get(torch.arange(10))
+    rows = torch.tensor([2, 7])
+    new = x[rows] + 0.05
+    store.set(rows, new, centroids + 0.5, labels[rows])  # the live centroids moved
+    after = store.get(torch.arange(10))
+    keep = torch.ones(10, dtype=torch.bool)
+    keep[rows] = False
+    assert torch.equal(after[keep], before[keep])
+    assert (after[rows] - new).norm() < 0.2 * new.norm()

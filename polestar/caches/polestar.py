@@ -42,7 +42,7 @@ class LayerWindow:
 class PolestarCache(CachePolicy):
     def __init__(self, model, cfg) -> None:
         super().__init__(model, cfg)
-        self.fmt = get_format(cfg.hidden_format)
+        self.fmt = get_format(cfg.hidden_format, cfg.impl)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.windows: list[LayerWindow] | None = None
         self.prev_attn: torch.Tensor | None = None  # final-layer attention of the block rows [1, H, rows, L]
