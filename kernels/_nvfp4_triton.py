@@ -89,3 +89,28 @@ def _nvfp4_dequantize_kernel(codes_ptr, scales_ptr, out_ptr, tensor_scale, n_gro
     offs = groups[:, None] * 16 + 2 * pair[None, :]
     tl.store(out_ptr + offs, even, mask=mask)
     tl.store(out_ptr + offs + 1, odd, mask=mask)
+
+
+@triton.jit
+def _nvfp4_gather_dequantize_kernel(codes_ptr, scales_ptr, anchors_ptr, anchor_index_ptr, rows_ptr, out_ptr,
+                                    tensor_scale, n_out_groups, groups_per_row, channels, BLOCK_G: tl.constexpr):
+    """out[i] = dequant(codes[rows[i]]) + anchors[anchor_index[rows[i]]], one program per BLOCK_G output groups."""
+    pid = tl.program_id(0).to(tl.int64)
+    out_groups = pid * BLOCK_G + tl.arange(0, BLOCK_G).to(tl.int64)
+    live = out_groups < n_out_groups
+    out_row = out_groups // groups_per_row
+    g_in_row = out_groups % groups_per_row
+    src_row = tl.load(rows_ptr + out_row, mask=live, other=0).to(tl.int64)
+    anchor_row = tl.load(anchor_index_ptr + src_row, mask=live, other=0).to(tl.int64)
+    src_group = src_row * groups_per_row + g_in_row
+    pair = tl.arange(0, 8).to(tl.int64)
+    mask = live[:, None]
+    packed = tl.load(codes_ptr + src_group[:, None] * 8 + pair[None, :], mask=mask, other=0).to(tl.int32)
+    scale = _e4m3_decode(tl.load(scales_ptr + src_group, mask=live, other=0).to(tl.int32)) * tensor_scale
+    channel = g_in_row[:, None] * 16 + 2 * pair[None, :]
+    anchor_base = anchor_row[:, None] * channels + channel
+    even = _e2m1_decode(packed & 15) * scale[:, None] + tl.load(anchors_ptr + anchor_base, mask=mask, other=0.0)
+    odd = _e2m1_decode(packed >> 4) * scale[:, None] + tl.load(anchors_ptr + anchor_base + 1, mask=mask, other=0.0)
+    out_base = out_row[:, None] * channels + channel
+    tl.store(out_ptr + out_base, even, mask=mask)
+    tl.store(out_ptr + out_base + 1, odd, mask=mask)

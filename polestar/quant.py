@@ -188,7 +188,14 @@ class RowStore:
         return Quantized(shape, q.codes[rows], pick(q.scales), q.tensor_scale, q.anchor, pick(q.anchor_index))
 
     def get(self, rows: torch.Tensor) -> torch.Tensor:
-        """Dequantized rows [len(rows), channels] (fp32)."""
+        """Dequantized rows [len(rows), channels] (fp32). Residual NVFP4 (Polestar's default) reads the rows in
+        one fused gather + dequantize + anchor-add pass (`kernels.gather_dequant`)."""
+        if self.residual and isinstance(self.fmt.inner, NVFP4):
+            from kernels.gather_dequant import gather_dequantize
+
+            q = self.q
+            return gather_dequantize(q.codes, q.scales, q.tensor_scale, q.anchor, q.anchor_index, rows,
+                                     impl=self.fmt.inner.impl)
         return self.fmt.dequantize(self._view(rows))
 
     def set(self, rows: torch.Tensor, x: torch.Tensor, anchor: torch.Tensor | None = None,
