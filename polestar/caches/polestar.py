@@ -59,7 +59,7 @@ class PolestarCache(CachePolicy):
         return pos[(pos < view.block_start) | (pos >= view.block_end)]
 
     def _windowed_entry(self, view: StepView) -> bool:
-        if not self.cfg.polestar_cache or self.windows is None:
+        if not self.cfg.polestar_cache or view.block == 0:
             return False
         if self.cfg.entry_schedule == EntrySchedule.ALTERNATE:
             return view.block % 2 == 1
@@ -82,6 +82,7 @@ class PolestarCache(CachePolicy):
             result, out = self.full_pass(view, output_hidden_states=True)
             inputs = out.hidden_states
             index_of = lambda pos: pos  # noqa: E731
+        self.windows = None  # a window of the previous block must never serve this one
         if self.cfg.polestar_cache and len(window):
             self.windows = [self._cluster(index, inputs[index][0, index_of(window)], window, view.block_start)
                             for index in range(model.spec.n_layers)]
