@@ -46,10 +46,3 @@ class KVCache:
     def layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys (rotated) and values of every row: two [batch, n_kv_heads, length, head_dim] views."""
         return self.k[layer], self.v[layer]
-
-    def copy_(self, other: "KVCache") -> None:
-        self.k.copy_(other.k)
-        self.v.copy_(other.v)
-
-    def nbytes(self) -> int:
-        return self.k.numel() * self.k.element_size() * 2
