@@ -31,6 +31,14 @@ class GenerationResult:
                 "tokens_per_step": round(self.tokens_per_step, 4), "wall_s": round(self.wall_s, 4)}
 
 
+def chat_prompt_ids(tokenizer, prompt: str) -> list[int]:
+    """A user message rendered with the tokenizer's chat template (generation prompt appended) -> token ids.
+    Training, evaluation and `generate` all encode prompts through this one function."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                         tokenize=False)
+    return tokenizer(text, add_special_tokens=False).input_ids
+
+
 def encode_prompt(model, prompt: str | list[int] | torch.Tensor, raw: bool = False) -> torch.Tensor:
     """Prompt -> ids [1, P] on the model's device. Text goes through the chat template when the tokenizer has
     one (unless `raw`); token ids are used as given."""
@@ -43,9 +51,7 @@ def encode_prompt(model, prompt: str | list[int] | torch.Tensor, raw: bool = Fal
         if tok is None:
             raise ConfigError("this model has no tokenizer: pass token ids instead of text")
         if tok.chat_template and not raw:
-            text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                           tokenize=False)
-            ids = tok(text, add_special_tokens=False).input_ids
+            ids = chat_prompt_ids(tok, prompt)
         else:
             ids = tok(prompt).input_ids
     else:

@@ -15,17 +15,13 @@ from dataclasses import dataclass
 import torch
 
 from polestar import tasks
+from polestar.api import chat_prompt_ids
 
 
 @dataclass
 class Batch:
     ids: torch.Tensor  # [batch, length] token ids
     response: torch.Tensor  # [batch, length] bool: positions after the prompt (maskable, scored)
-
-
-def chat_prompt_ids(tokenizer, prompt: str) -> list[int]:
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
-    return tokenizer(text, add_special_tokens=False).input_ids
 
 
 class TaskBatcher:

@@ -16,7 +16,7 @@ import torch
 
 from polestar import tasks
 from polestar.reference import generate
-from polestar.train.data import chat_prompt_ids
+from polestar.api import chat_prompt_ids
 
 
 def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length: int,
