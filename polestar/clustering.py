@@ -63,7 +63,19 @@ def kl_drift(now: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     return (p * (p.log() - q.log())).sum(-1).clamp_min(0).mean(-1)
 
 
-def proxy_attention(model, layer: int, centroids: torch.Tensor, cache) -> torch.Tensor:
-    """Content-only attention of centroid queries over layer `layer`'s keys rotated back to content only: [K, heads, length]."""
-    h = centroids.to(model.dtype).unsqueeze(0)
-    return model.attention_probs(layer, h, None, cache, rotary=False)[0].transpose(0, 1)
+def proxy_drift(model, layer: int, centroids: torch.Tensor, cache, reference: torch.Tensor | None,
+                impl: str = "torch") -> tuple[torch.Tensor, torch.Tensor]:
+    """Content-only attention of centroid queries over layer `layer`'s keys (rotated back to content only) and
+    each centroid's KL drift against `reference`, in one fused pass (`kernels.proxy_kl`; `impl` picks the Triton
+    kernel or its torch reference). Returns (probs [K, heads, length] fp32, drift [K] fp32); with no reference
+    (block entry) the drift is against the uniform distribution and meaningless."""
+    from kernels.proxy_kl import proxy_attention_kl
+
+    q, _, _ = model.project_qkv(layer, centroids.to(model.dtype).unsqueeze(0))  # [1, H, K, hd]
+    k, _ = cache.layer(layer)
+    k = model.rope.apply(k, torch.arange(cache.length, device=k.device), inverse=True)
+    if reference is None:
+        reference = torch.full((q.shape[2], q.shape[1], cache.length), 1.0 / max(1, cache.length),
+                               device=q.device)
+    padding = None if cache.key_padding is None else cache.key_padding[0]
+    return proxy_attention_kl(q[0].transpose(0, 1), k[0], reference, model.spec.head_dim ** -0.5, padding, impl)

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.token_kl import token_drift_kl
 from polestar.caches.base import CachePolicy, Pass, StepView
-from polestar.clustering import kl_drift, proxy_attention, spherical_kmeans, split_counts
+from polestar.clustering import proxy_drift, spherical_kmeans, split_counts
 from polestar.config import DriftReference, EntrySchedule
 from polestar.quant import RowStore, get_format
 
@@ -118,7 +119,7 @@ class PolestarCache(CachePolicy):
         centroids = torch.cat(centroids)
         counts = torch.bincount(labels, minlength=centroids.shape[0])
         store = RowStore(self.fmt, h.float(), centroids, labels)
-        reference = proxy_attention(self.model, layer, centroids, self.cache)
+        reference, _ = proxy_drift(self.model, layer, centroids, self.cache, None, self.cfg.impl)
         return LayerWindow(positions, labels, centroids, counts, store, reference)
 
     # --- steps ------------------------------------------------------------------------------------------
@@ -149,8 +150,7 @@ class PolestarCache(CachePolicy):
             h = out.hidden
             if win is None:
                 continue
-            now = proxy_attention(model, index, win.centroids, self.cache)
-            drift = kl_drift(now, win.reference)
+            now, drift = proxy_drift(model, index, win.centroids, self.cache, win.reference, cfg.impl)
             drifts.append(drift.tolist())
             if cfg.drift_reference == DriftReference.PREVIOUS_STEP:
                 win.reference = now
@@ -197,7 +197,7 @@ class PolestarCache(CachePolicy):
     def _token_drift(self, view: StepView, attn: torch.Tensor, rows: torch.Tensor):
         """(δ, Δ) per target [1, n]: δ = final-layer attention KL against the previous forward, read on the
         target's predicting row; Δ = δ minus the mean of the block's last `history` drift vectors."""
-        drift_rows = kl_drift(attn[0].transpose(0, 1), self.prev_attn[0].transpose(0, 1))  # [rows]
+        drift_rows = token_drift_kl(attn[0].transpose(0, 1), self.prev_attn[0].transpose(0, 1), self.cfg.impl)
         self.prev_attn = attn
         baseline = torch.stack(self.history).mean(0) if self.history else torch.zeros_like(drift_rows)
         if self.cfg.history > 0:

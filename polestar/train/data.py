@@ -40,12 +40,17 @@ class TaskBatcher:
     def batch(self, step: int) -> Batch:
         rng = random.Random(self.seed * 1_000_003 + step)
         resp_len = rng.choice(self.response_lengths)
-        n = max(1, self.token_budget // (resp_len + 96))
-        examples = []
-        for i in range(n):
-            task = self.task_names[i % len(self.task_names)]
-            examples += tasks.make(task, 1, seed=rng.getrandbits(48), split="train")
-        prompts = [chat_prompt_ids(self.tokenizer, ex.prompt) for ex in examples]
+        examples, prompts, longest = [], [], 0
+        while True:  # as many sequences as fit the token budget at this batch's padded length
+            task = self.task_names[len(examples) % len(self.task_names)]
+            ex = tasks.make(task, 1, seed=rng.getrandbits(48), split="train")[0]
+            p = chat_prompt_ids(self.tokenizer, ex.prompt)
+            if examples and (len(examples) + 1) * (max(longest, len(p)) + resp_len) > self.token_budget:
+                break
+            examples.append(ex)
+            prompts.append(p)
+            longest = max(longest, len(p))
+        n = len(examples)
         answers = self.tokenizer([ex.answer for ex in examples], add_special_tokens=False).input_ids
         total = max(len(p) for p in prompts) + resp_len
         ids = torch.full((n, total), self.eos_id, dtype=torch.long)

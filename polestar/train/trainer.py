@@ -45,7 +45,8 @@ class TrainConfig:
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay"})
     grad_clip: float = field(default=1.0, metadata={"help": "gradient norm clip"})
     token_budget: int = field(default=6144, metadata={"help": "tokens per batch"})
-    response_lengths: tuple[int, ...] = field(default=(64, 128, 256, 256), metadata={"help": "response lengths"})
+    response_lengths: tuple[int, ...] = field(default=(64, 64, 64, 128, 256),
+                                              metadata={"help": "response lengths (one drawn per batch)"})
     mask_eps: float = field(default=1e-3, metadata={"help": "lower bound of the mask ratio t"})
     seed: int = field(default=0, metadata={"help": "seed of init and data"})
     tokenizer_corpus: int = field(default=20000, metadata={"help": "examples per task to train the tokenizer on"})
