@@ -98,6 +98,11 @@ class DecodeConfig:
     kmeans_iters: int = _f(5, "spherical k-means iterations", "polestar", 1, 50, 1)
     impl: str = _f("auto", "kernels: 'triton' (CUDA, or the interpreter in tests), 'torch' references, 'auto' "
                    "(Triton on a CUDA device)", "system", choices=("auto", "triton", "torch"))
+    offload: str = _f("auto", "keep the quantized window in host memory and prefetch refreshed rows ('auto': on a "
+                      "CUDA device, pinned memory + copy stream; 'on' also on CPU, synchronously)", "system",
+                      choices=("auto", "on", "off"))
+    overlap: bool = _f(True, "run Polestar's proxy attention and drift on a side CUDA stream, overlapping the next "
+                       "layer (no effect on CPU)", "system")
     measure_staleness: bool = _f(False, "measure KV staleness against a full recompute each step (not counted "
                                  "in NFE or TPS)", "analysis")
 

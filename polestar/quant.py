@@ -168,35 +168,83 @@ def get_format(name: str, impl: str = "torch"):
     raise ConfigError(f"unknown hidden format {name!r}: choose one of {', '.join(FORMATS)}")
 
 
+@dataclass
+class Fetched:
+    """Rows of an offloaded store in flight to the device: `codes`/`scales` tiles (device tensors, valid once
+    `event` has completed on the consuming stream), the staging buffers kept alive until then."""
+
+    rows: torch.Tensor
+    codes: torch.Tensor
+    scales: torch.Tensor | None
+    event: object | None  # torch.cuda.Event, or None on CPU (the copy was synchronous)
+    staging: tuple
+
+
 class RowStore:
     """Quantized rows [n, channels] that can be read and rewritten by row (Polestar's cached window inputs).
 
     Rewritten rows reuse the store's tensor scale (so every row shares one, as NVFP4 requires) and, for residual
     formats, a snapshot of the anchors they were quantized against: each rewrite appends its anchor table, so
     older rows keep dequantizing exactly.
+
+    With `offload`, codes and scales live in host memory (pinned when the rows come from a CUDA device) and only
+    the anchors stay on the device; `prefetch(rows, stream)` gathers the rows on the host and copies them to the
+    device asynchronously on `stream`, and `get(rows, fetched)` waits for that copy and dequantizes the tile on the
+    device (spec §7, paper §4.3). On CPU the same path runs synchronously (host = device), so CI tests it.
     """
 
     def __init__(self, fmt, x: torch.Tensor, anchor: torch.Tensor | None = None,
-                 labels: torch.Tensor | None = None) -> None:
+                 labels: torch.Tensor | None = None, offload: bool = False) -> None:
         self.fmt, self.residual = fmt, isinstance(fmt, Residual)
         self.q = fmt.quantize(x, anchor, labels) if self.residual else fmt.quantize(x)
+        self.device, self.offload = x.device, offload
+        if offload:
+            pin = x.is_cuda
+            self.q.codes = _host(self.q.codes, pin)
+            self.q.scales = None if self.q.scales is None else _host(self.q.scales, pin)
 
-    def _view(self, rows: torch.Tensor) -> Quantized:
+    def _view(self, rows: torch.Tensor, fetched: Fetched | None = None) -> Quantized:
         q = self.q
-        pick = lambda t: None if t is None else t[rows]  # noqa: E731
-        shape = (len(rows), *q.shape[1:])
-        return Quantized(shape, q.codes[rows], pick(q.scales), q.tensor_scale, q.anchor, pick(q.anchor_index))
+        codes = q.codes[rows] if fetched is None else fetched.codes
+        scales = (None if q.scales is None else q.scales[rows]) if fetched is None else fetched.scales
+        index = None if q.anchor_index is None else q.anchor_index[rows]
+        return Quantized((len(rows), *q.shape[1:]), codes, scales, q.tensor_scale, q.anchor, index)
 
-    def get(self, rows: torch.Tensor) -> torch.Tensor:
+    def prefetch(self, rows: torch.Tensor, stream=None) -> Fetched | None:
+        """Start copying `rows` of an offloaded store to the device (None when nothing is offloaded)."""
+        if not self.offload:
+            return None
+        host_rows = rows.cpu()
+        pin = self.device.type == "cuda"
+        staged = tuple(None if t is None else torch.index_select(t, 0, host_rows, out=_staging(t, len(rows), pin))
+                       for t in (self.q.codes, self.q.scales))
+        if not pin:
+            return Fetched(rows, staged[0], staged[1], None, staged)
+        with torch.cuda.stream(stream or _copy_stream(self.device)):
+            tiles = [None if t is None else t.to(self.device, non_blocking=True) for t in staged]
+            event = torch.cuda.Event()
+            event.record()
+        return Fetched(rows, tiles[0], tiles[1], event, staged)
+
+    def get(self, rows: torch.Tensor, fetched: Fetched | None = None) -> torch.Tensor:
         """Dequantized rows [len(rows), channels] (fp32). Residual NVFP4 (Polestar's default) reads the rows in
-        one fused gather + dequantize + anchor-add pass (`kernels.gather_dequant`)."""
+        one fused gather + dequantize + anchor-add pass (`kernels.gather_dequant`). An offloaded store reads the
+        `fetched` tile of `prefetch(rows)` (started here when not given)."""
+        if self.offload:
+            fetched = fetched if fetched is not None else self.prefetch(rows)
+            if fetched.event is not None:
+                torch.cuda.current_stream(self.device).wait_event(fetched.event)
+        q = self.q
         if self.residual and isinstance(self.fmt.inner, NVFP4):
             from kernels.gather_dequant import gather_dequantize
 
-            q = self.q
-            return gather_dequantize(q.codes, q.scales, q.tensor_scale, q.anchor, q.anchor_index, rows,
-                                     impl=self.fmt.inner.impl)
-        return self.fmt.dequantize(self._view(rows))
+            if fetched is None:
+                return gather_dequantize(q.codes, q.scales, q.tensor_scale, q.anchor, q.anchor_index, rows,
+                                         impl=self.fmt.inner.impl)
+            tile = torch.arange(len(rows), device=self.device)
+            return gather_dequantize(fetched.codes, fetched.scales, q.tensor_scale, q.anchor, q.anchor_index[rows],
+                                     tile, impl=self.fmt.inner.impl)
+        return self.fmt.dequantize(self._view(rows, fetched))
 
     def set(self, rows: torch.Tensor, x: torch.Tensor, anchor: torch.Tensor | None = None,
             labels: torch.Tensor | None = None) -> None:
@@ -207,9 +255,38 @@ class RowStore:
             q.anchor = torch.cat([q.anchor, new.anchor])
         else:
             new = self.fmt.quantize(x, tensor_scale=q.tensor_scale)
-        q.codes[rows] = new.codes
+        host_rows = rows.cpu() if self.offload else rows
+        q.codes[host_rows] = new.codes.to(q.codes.device)
         if q.scales is not None:
-            q.scales[rows] = new.scales
+            q.scales[host_rows] = new.scales.to(q.scales.device)
 
     def nbytes(self) -> int:
+        """Bytes held, wherever they are (device and host)."""
         return self.q.nbytes()
+
+    def device_nbytes(self) -> int:
+        """Bytes held on the device: everything, or only the anchors and indices when offloaded."""
+        if not self.offload:
+            return self.nbytes()
+        parts = (self.q.tensor_scale, self.q.anchor, self.q.anchor_index)
+        return sum(p.numel() * p.element_size() for p in parts if p is not None)
+
+
+def _host(t: torch.Tensor, pin: bool) -> torch.Tensor:
+    t = t.cpu() if t.is_cuda else t.clone()
+    return t.pin_memory() if pin else t
+
+
+def _staging(t: torch.Tensor, rows: int, pin: bool) -> torch.Tensor:
+    return torch.empty((rows, *t.shape[1:]), dtype=t.dtype, pin_memory=pin)
+
+
+_COPY_STREAMS: dict = {}
+
+
+def _copy_stream(device: torch.device):
+    """One side stream per CUDA device for host-to-device prefetches (created on first use)."""
+    key = device.index if device.index is not None else torch.cuda.current_device()
+    if key not in _COPY_STREAMS:
+        _COPY_STREAMS[key] = torch.cuda.Stream(device=device)
+    return _COPY_STREAMS[key]

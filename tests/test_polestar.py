@@ -135,3 +135,15 @@ def test_kl_drift_properties():
     q = torch.softmax(torch.randn(4, 2, 9, generator=torch.Generator().manual_seed(1)), dim=-1)
     expected = (p * (p / q).log()).sum(-1).mean(-1)
     torch.testing.assert_close(kl_drift(p, q), expected)
+
+
+def test_offloaded_window_decodes_identically(tiny):
+    """offload='on' (the host-memory store with prefetch of both layers' rows; synchronous on CPU) gives the
+    same tokens, commits and drift values as the resident store."""
+    ids = torch.tensor(PROMPT)
+    cfg = dict(gen_length=32, block_length=8, tau_s=0.3, tau_upd=2)
+    a = decode(tiny, ids, resolve("polestar", offload="off", **cfg), trace=True)
+    b = decode(tiny, ids, resolve("polestar", offload="on", **cfg), trace=True)
+    assert torch.equal(a.canvas, b.canvas)
+    assert any(e.kind == "refresh" for e in a.trace.events)
+    assert [e.extra for e in a.trace.events] == [e.extra for e in b.trace.events]

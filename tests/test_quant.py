@@ -122,3 +122,29 @@ def test_row_store_rewrites_rows_and_keeps_the_others(name):
     keep[rows] = False
     assert torch.equal(after[keep], before[keep])
     assert (after[rows] - new).norm() < 0.2 * new.norm()
+
+
+@pytest.mark.parametrize("name", ["nvfp4-residual", "mxfp4-residual", "fp8", "fp16"])
+def test_offloaded_store_reads_and_writes_like_a_resident_one(name):
+    """The host-memory path (gather on the host, copy, dequantize the tile; on CPU without pinning or streams)
+    returns the same bits as the resident store, before and after rewrites, with or without a prefetch."""
+    g = torch.Generator().manual_seed(5)
+    centroids = torch.randn(3, 64, generator=g)
+    labels = torch.randint(0, 3, (12,), generator=g)
+    x = centroids[labels] + 0.1 * torch.randn(12, 64, generator=g)
+    residual = name.endswith("-residual")
+    args = (centroids, labels) if residual else ()
+    resident = RowStore(get_format(name), x, *args)
+    offloaded = RowStore(get_format(name), x, *args, offload=True)
+    assert offloaded.q.codes.data_ptr() != resident.q.codes.data_ptr()
+    rows = torch.tensor([9, 0, 4])
+    assert torch.equal(offloaded.get(rows), resident.get(rows))
+    assert torch.equal(offloaded.get(rows, offloaded.prefetch(rows)), resident.get(rows))
+    new = x[rows] - 0.07
+    write = (centroids + 0.3, labels[rows]) if residual else ()
+    for store in (resident, offloaded):
+        store.set(rows, new, *write)
+    everything = torch.arange(12)
+    assert torch.equal(offloaded.get(everything), resident.get(everything))
+    assert offloaded.device_nbytes() < offloaded.nbytes() == resident.nbytes() == resident.device_nbytes()
+    assert resident.prefetch(rows) is None

@@ -50,6 +50,9 @@ class PolestarCache(CachePolicy):
         self.history: list[torch.Tensor] = []
         self.since_refresh = 0
         self.last_step_commits = 0
+        device = next(model.parameters()).device
+        self.offload = cfg.offload == "on" or (cfg.offload == "auto" and device.type == "cuda")
+        self.side = torch.cuda.Stream(device=device) if cfg.overlap and device.type == "cuda" else None
 
     # --- block entry ------------------------------------------------------------------------------------
     def window(self, view: StepView) -> torch.Tensor:
@@ -118,7 +121,7 @@ class PolestarCache(CachePolicy):
             offset += c.centroids.shape[0]
         centroids = torch.cat(centroids)
         counts = torch.bincount(labels, minlength=centroids.shape[0])
-        store = RowStore(self.fmt, h.float(), centroids, labels)
+        store = RowStore(self.fmt, h.float(), centroids, labels, offload=self.offload)
         reference, _ = proxy_drift(self.model, layer, centroids, self.cache, None, self.cfg.impl)
         return LayerWindow(positions, labels, centroids, counts, store, reference)
 
@@ -150,8 +153,8 @@ class PolestarCache(CachePolicy):
             h = out.hidden
             if win is None:
                 continue
-            now, drift = proxy_drift(model, index, win.centroids, self.cache, win.reference, cfg.impl)
-            drifts.append(drift.tolist())
+            now, drift = self._cluster_drift(index, win, overlap=not refresh)
+            drifts.append(drift)
             if cfg.drift_reference == DriftReference.PREVIOUS_STEP:
                 win.reference = now
             if not refresh:
@@ -159,13 +162,19 @@ class PolestarCache(CachePolicy):
             k = cfg.top_k_last_layer if index == n_layers - 1 else cfg.top_k
             chosen = drift.topk(min(k, len(drift))).indices
             members = torch.isin(win.labels, chosen).nonzero().flatten()
+            # the members are refreshed here and consumed by the next layer: fetch both layers' rows now
+            fetched = win.store.prefetch(members)
+            fetched_next = self.windows[index + 1].store.prefetch(members) if index + 1 < n_layers else None
             positions = win.positions[members]
-            h_in = win.store.get(members).to(model.dtype).unsqueeze(0)
-            packet = (members, model.layer(index, h_in, positions, self.cache, write=False).hidden)
+            h_in = win.store.get(members, fetched).to(model.dtype).unsqueeze(0)
+            packet = (members, model.layer(index, h_in, positions, self.cache, write=False).hidden, fetched_next)
             selected.append(chosen.tolist())
             refreshed.append(positions)
             if cfg.drift_reference == DriftReference.LAST_REFRESH:
                 win.reference = now
+        if self.side is not None:
+            torch.cuda.current_stream().wait_stream(self.side)
+        drifts = [d.tolist() for d in drifts]
         result = Pass(logits=self.predict(h, rows, view.targets), kind="refresh" if refresh else "block",
                       rows=len(rows))
         if cfg.current_commit:
@@ -176,15 +185,27 @@ class PolestarCache(CachePolicy):
             result.refreshed_positions = all_refreshed
             result.refreshed_layers = list(range(n_layers))
             if cfg.suffix_commit and packet is not None:
-                self._suffix(view, result, win, *packet)
+                self._suffix(view, result, win, packet[0], packet[1])
         result.extra = {"refresh": refresh, "cluster_drift": drifts, "selected_clusters": selected}
         if refresh and refreshed:
             result.extra["refreshed_per_layer"] = [len(p) for p in refreshed]
         return result
 
-    def _consume(self, index: int, win: LayerWindow, members: torch.Tensor, new_h: torch.Tensor) -> None:
+    def _cluster_drift(self, index: int, win: LayerWindow, overlap: bool):
+        """Proxy attention + per-cluster drift of layer `index` (after its block rows wrote their K/V). With a
+        side stream and `overlap` (steps that only record drift), it runs beside the next layer's main work; the
+        step joins the side stream before anything reads the results."""
+        args = (self.model, index, win.centroids, self.cache, win.reference, self.cfg.impl)
+        if self.side is None or not overlap:
+            return proxy_drift(*args)
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            return proxy_drift(*args)
+
+    def _consume(self, index: int, win: LayerWindow, members: torch.Tensor, new_h: torch.Tensor,
+                 fetched=None) -> None:
         """Layer `index` takes the previous layer's packet: inputs rewritten, K/V recomputed, centroids shifted."""
-        old = win.store.get(members)
+        old = win.store.get(members, fetched)
         new = new_h[0].float()
         labels = win.labels[members]
         shift = torch.zeros_like(win.centroids).index_add_(0, labels, new - old)
