@@ -137,7 +137,8 @@ def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None)
     (first step the position's last-layer drift is above the run's 90th percentile), ★ its commit step."""
     t = rec.n_steps if t is None else t
     fig = go.Figure()
-    positions = [p for p in positions if 0 <= p < rec.gen_length]
+    kept = rec.values[0].shape[0] if rec.values else 0  # a loaded trace keeps the first VALUE_POSITIONS
+    positions = [p for p in positions if 0 <= p < min(rec.gen_length, kept)]
     if len(rec.values) >= 2 and positions:
         from sklearn.decomposition import PCA
 

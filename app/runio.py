@@ -15,6 +15,7 @@ from polestar.trace import Commit, StepEvent
 
 META_KEY = b"polestar_run"
 COLUMNS = ("block", "step", "nfe", "kind", "rows", "ms", "canvas", "drift", "commits", "extra")
+VALUE_POSITIONS = 32  # value states (PCA panel) are kept for the first 32 generated positions: ~0.5 MB per run
 
 
 class RunFileError(ValueError):
@@ -33,11 +34,14 @@ def save_parquet(rec: RunRecord, path: str | Path) -> Path:
         "drift": [d.astype(np.float32).ravel().tolist() for d in rec.drift] if rec.drift else [[] for _ in events],
         "commits": [json.dumps([c.__dict__ for c in e.commits]) for e in events],
         "extra": [json.dumps(e.extra) for e in events],
+        "values": [v[:VALUE_POSITIONS].astype(np.float16).tobytes() for v in rec.values]
+        if len(rec.values) == len(events) else [b"" for _ in events],
     })
     meta = {"label": rec.label, "config": {k: str(v) if not isinstance(v, (int, float, bool)) else v
                                            for k, v in rec.config.__dict__.items()},
             "prompt_len": rec.prompt_len, "metrics": rec.metrics, "vocab": rec.vocab, "mask_id": rec.mask_id,
-            "eos_id": rec.eos_id, "layers": int(rec.drift[0].shape[0]) if rec.drift else 0}
+            "eos_id": rec.eos_id, "layers": int(rec.drift[0].shape[0]) if rec.drift else 0,
+            "value_dim": int(rec.values[0].shape[-1]) if rec.values else 0}
     table = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
     path = Path(path)
     pq.write_table(table, path)
@@ -74,6 +78,8 @@ def load_parquet(path: str | Path) -> RunRecord:
         rec.canvases.append(np.asarray(r["canvas"], dtype=np.int32))
         if layers and r["drift"]:
             rec.drift.append(np.asarray(r["drift"], dtype=np.float32).reshape(layers, -1))
+        if meta.get("value_dim") and r.get("values"):  # optional: files from before it existed have none
+            rec.values.append(np.frombuffer(r["values"], dtype=np.float16).reshape(-1, meta["value_dim"]))
     if any(len(c) != cfg.gen_length for c in rec.canvases):
         raise RunFileError("the canvases do not match the run's gen_length: the file is damaged")
     return rec

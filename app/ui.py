@@ -7,12 +7,13 @@ import dataclasses
 import inspect
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from app import figures, runio
+from app import figures, replays, runio
 from app.record import RunRecord
 from app.compare import build_compare_tab
 from app.runner import ModelHost, stream_run
@@ -28,6 +29,7 @@ SLIDERS = ("gen_length", "block_length", "tau_s", "temperature", "seed", "window
 CONTROLS = SWITCHES + SLIDERS
 FIELDS = {f.name: f for f in dataclasses.fields(DecodeConfig)}
 MAX_PROMPT_CHARS = 4000
+REPLAY_FRAMES, REPLAY_FRAME_S = 24, 0.08  # a cached run plays back in about two seconds
 EXPLAIN = {
     "canvas": "Each cell is a generated position, one row per block. Grey cells are still masked. A cell's colour "
               "says why it was committed: **threshold** (confidence ≥ τ_s), **forced** (the most confident token, "
@@ -41,6 +43,8 @@ EXPLAIN = {
     "pca": "The last layer's value state of each chosen position, step by step, projected on one PCA basis. "
            "◆ marks the first strong drift, ★ the step the token was committed.",
     "timeline": "One marker per commit. The black line is tokens per forward so far (TPF).",
+    "replay": "Runs recorded with the shipped model, played back from their traces in about two seconds: no "
+              "decoding, so they work even while the model loads. Scrub them with the playhead afterwards.",
     "staleness": "How far the cached K/V are from a full recompute of the current canvas. Fast-dLLM's cache goes "
                  "stale between block entries; Polestar's sparse refreshes pull it back.",
 }
@@ -181,6 +185,31 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
         slider = gr.Slider(minimum=0, maximum=max(rec.n_steps, 1), value=rec.n_steps, step=1)
         return (*_panels(rec, None, layer, positions), rec.metrics, f"loaded {rec.label}", slider)
 
+    cached = replays.available()
+    served = replays.model_fingerprint(host.path) if cached else ""
+
+    def replay_label(r: replays.Replay) -> str:
+        return r.name if r.model_sha256 == served else f"{r.name} (recorded with another model)"
+
+    def replay(name: str, layer: float, positions: str, request: gr.Request):
+        chosen = next((r for r in cached if replay_label(r) == name), None)
+        if chosen is None:
+            raise gr.Error("Pick a cached run from the list first.")
+        try:
+            rec = runio.load_parquet(chosen.file)
+        except runio.RunFileError as exc:
+            raise gr.Error(f"The cached run is damaged ({exc}); re-record with `python -m app.replays`.") from None
+        records[request.session_hash] = rec
+        n = rec.n_steps
+        stride = max(1, n // REPLAY_FRAMES)
+        for t in [*range(1, n, stride), n]:  # played back from the trace: no model, no decoding
+            slider = gr.Slider(minimum=0, maximum=max(n, 1), value=t, step=1)
+            metrics = rec.metrics if t == n else {"steps": t}
+            status = f"replay of {replay_label(chosen)}" + ("" if t == n else f": step {t}/{n}")
+            yield (*_panels(rec, t, layer, positions), metrics, status, slider, chosen.prompt)
+            if t < n:
+                time.sleep(REPLAY_FRAME_S)
+
     def preset_values(method: str):
         cfg = resolve(method)
         return [gr.update(value=str(getattr(cfg, n)) if FIELDS[n].metadata["choices"] else getattr(cfg, n))
@@ -196,6 +225,12 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                         prompt = gr.Textbox(label="Prompt", lines=4, value=examples[4].prompt)
                         gr.Examples([[ex.prompt] for ex in examples], inputs=[prompt],
                                     label="Task examples (known answers)")
+                        with gr.Accordion("Instant replays (cached example runs)", open=bool(cached)):
+                            replay_pick = gr.Dropdown([replay_label(r) for r in cached],
+                                                      value=replay_label(cached[0]) if cached else None,
+                                                      label="Cached run", interactive=bool(cached))
+                            replay_btn = gr.Button("Replay", interactive=bool(cached))
+                            gr.Markdown(EXPLAIN["replay"])
                         method = gr.Dropdown(list(PRESETS), value="polestar", label="Method")
                         probe = gr.Checkbox(value=True,
                                             label="analysis probe (drift heatmap, PCA; not counted in NFE/TPS)")
@@ -251,6 +286,8 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
         method.change(preset_values, method, controls, api_name=False)
         export_trace.click(export_parquet, None, download, api_name=False)
         export_html.click(export_report, None, download, api_name=False)
+        replay_btn.click(replay, [replay_pick, layer, positions], [*panels, metrics, status, playhead, prompt],
+                         api_name="replay", show_progress="hidden")
         upload.upload(load, [upload, layer, positions], [*panels, metrics, status, playhead], api_name=False)
         with tabs:
             build_compare_tab(host, examples[4].prompt)

@@ -88,3 +88,20 @@ def test_sweep_table(client):
     assert all(0 <= row[1] <= 100 and row[4] >= 1 for row in table["data"])
     _, again = client.predict(*args, api_name="/sweep")
     assert again["data"] == table["data"]
+
+
+def test_cached_replays_match_the_shipped_model_and_play_back(client):
+    """The shipped replays were recorded with the shipped weights (re-record with `python -m app.replays` after
+    re-exporting the model), load as traces, and /replay streams them step by step, ending with their metrics."""
+    from app import replays
+
+    cached = replays.available()
+    assert len(cached) == len(replays.RECORDED)
+    assert {r.model_sha256 for r in cached} == {replays.model_fingerprint(polestar.DEFAULT_MODEL)}
+    frames = list(client.submit(cached[1].name, 0, "0 1 2 3", api_name="/replay"))
+    assert len(frames) >= 3
+    final = frames[-1]
+    assert {"text", "nfe", "tpf", "tps"} <= set(_metrics(final)) and final[8] == cached[1].prompt
+    assert "replay of" in final[6]
+    with pytest.raises(Exception, match="not in the list of choices"):
+        client.predict("no such run", 0, "0 1 2 3", api_name="/replay")

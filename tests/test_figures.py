@@ -55,6 +55,9 @@ def test_run_export_import_round_trip_and_bad_files(tmp_path):
     assert back.n_steps == rec.n_steps and back.config == rec.config and back.metrics == rec.metrics
     assert all((a == b).all() for a, b in zip(back.canvases, rec.canvases))
     assert all(np.allclose(a, b) for a, b in zip(back.drift, rec.drift))
+    assert len(back.values) == rec.n_steps and all(np.array_equal(a, b[: runio.VALUE_POSITIONS])
+                                                   for a, b in zip(back.values, rec.values))
+    assert figures.pca_trajectories(back, [0, 1]).data  # the PCA panel works on a loaded trace
     assert [c.reason for e in back.events for c in e.commits] == [c.reason for e in rec.events for c in e.commits]
     html = runio.html_report(back)
     assert html.startswith("<!doctype html>") and "Plotly" in html and "Token canvas" in html
