@@ -32,9 +32,7 @@ def diff(a: RunRecord, b: RunRecord) -> tuple[dict, go.Figure]:
                            hovertemplate="pos %{x}<br>step shift %{y}<extra></extra>"))
     fig.update_xaxes(title="generated position (red: different token)")
     fig.update_yaxes(title="commit step B − A")
-    fig.update_layout(title="Commit-step shift", height=300, margin=dict(l=50, r=20, t=40, b=40),
-                      uirevision="diff", template="plotly_white")
-    return summary, fig
+    return summary, figures.style(fig, "Commit-step shift", 300, "diff")
 
 
 def build_compare_tab(host: ModelHost, default_prompt: str) -> None:

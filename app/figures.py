@@ -18,9 +18,18 @@ COLOURS = {
 }
 
 
-def _layout(fig: go.Figure, title: str, height: int, key: str) -> go.Figure:
+GRID = "#ebebeb"
+
+
+def style(fig: go.Figure, title: str, height: int, key: str) -> go.Figure:
+    """Shared look. A light style set by hand on the empty "none" template: a named template such as
+    plotly_white is deep-copied into every figure (about 10 ms and 6 KB per figure per streamed frame)."""
     fig.update_layout(title=title, height=height, margin=dict(l=50, r=20, t=40, b=40), uirevision=key,
-                      template="plotly_white", legend=dict(orientation="h", y=-0.15))
+                      template="none", plot_bgcolor="white", paper_bgcolor="white",
+                      font=dict(family="Inter, Helvetica, Arial, sans-serif", size=12, color="#2a3f5f"),
+                      legend=dict(orientation="h", y=-0.15))
+    fig.update_xaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
+    fig.update_yaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
     return fig
 
 
@@ -48,7 +57,7 @@ def token_canvas(rec: RunRecord, t: int | None = None) -> go.Figure:
     ))
     fig.update_yaxes(autorange="reversed", title="block", tickvals=list(range(rows)))
     fig.update_xaxes(title="offset in block")
-    return _layout(fig, f"Token canvas — step {t}/{rec.n_steps}", 120 + 26 * rows, "canvas")
+    return style(fig, f"Token canvas — step {t}/{rec.n_steps}", 120 + 26 * rows, "canvas")
 
 
 def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None) -> go.Figure:
@@ -74,7 +83,7 @@ def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None) -> go.Figure
                                  hovertemplate="step %{x}<br>cluster %{y}<br>KL %{z:.3g}<extra></extra>"), 1, 2)
     fig.update_yaxes(title="generated position", autorange="reversed", row=1, col=1)
     fig.update_xaxes(title="step", row=1, col=1)
-    return _layout(fig, f"Attention drift — layer {layer}", 420, "drift")
+    return style(fig, f"Attention drift — layer {layer}", 420, "drift")
 
 
 def _cluster_drift(rec: RunRecord, layer: int, t: int) -> np.ndarray | None:
@@ -110,7 +119,7 @@ def commit_timeline(rec: RunRecord, t: int | None = None) -> go.Figure:
     fig.update_yaxes(title="generated position", autorange="reversed", secondary_y=False)
     fig.update_yaxes(title="TPF", secondary_y=True, rangemode="tozero")
     fig.update_xaxes(title="step (forward)")
-    return _layout(fig, "Commit timeline", 380, "timeline")
+    return style(fig, "Commit timeline", 380, "timeline")
 
 
 def staleness_curves(rec: RunRecord, t: int | None = None) -> go.Figure:
@@ -129,7 +138,7 @@ def staleness_curves(rec: RunRecord, t: int | None = None) -> go.Figure:
                            x=0.5, y=0.5, xref="paper", yref="paper")
     fig.update_yaxes(title="1 − ½(cos K + cos V)", rangemode="tozero")
     fig.update_xaxes(title="step")
-    return _layout(fig, "KV staleness against a full recompute", 320, "staleness")
+    return style(fig, "KV staleness against a full recompute", 320, "staleness")
 
 
 def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None) -> go.Figure:
@@ -161,7 +170,7 @@ def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None)
                                          marker=dict(symbol="star", size=13, color="#f0a202")))
     fig.update_xaxes(title="PC 1")
     fig.update_yaxes(title="PC 2")
-    return _layout(fig, "Value-state trajectories (PCA, fixed basis)", 380, "pca")
+    return style(fig, "Value-state trajectories (PCA, fixed basis)", 380, "pca")
 
 
 def _display(rec: RunRecord, token: int) -> str:

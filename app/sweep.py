@@ -8,6 +8,7 @@ import dataclasses
 import gradio as gr
 import plotly.graph_objects as go
 
+from app import figures
 from app.runner import ModelHost
 from polestar import tasks
 from polestar.config import PRESETS, DecodeConfig, resolve
@@ -41,7 +42,7 @@ def build_sweep_tab(host: ModelHost) -> None:
             raise gr.Error(str(exc)) from None
         import polestar
 
-        model = host.get()
+        model = host.submit(host.get).result()
         examples = tasks.make(suite, n, seed=0)
         rows = []
         for i, (value, cfg) in enumerate(configs.items()):
@@ -50,8 +51,7 @@ def build_sweep_tab(host: ModelHost) -> None:
                 correct = tokens = nfe = 0
                 wall = 0.0
                 for ex in progress.tqdm(examples, desc=f"{field}={value} ({i + 1}/{len(configs)})"):
-                    with host.lock:
-                        r = polestar.generate(model, ex.prompt, cfg)
+                    r = host.submit(lambda ex=ex, cfg=cfg: polestar.generate(model, ex.prompt, cfg)).result()
                     correct += tasks.score(suite, ex, r.text)
                     tokens, nfe, wall = tokens + round(r.tpf * r.nfe), nfe + r.nfe, wall + r.wall_s
                 cache[key] = {"value": value, "accuracy": correct / n, "tpf": tokens / nfe, "tps": tokens / wall,
@@ -63,10 +63,10 @@ def build_sweep_tab(host: ModelHost) -> None:
                                      mode="markers+text+lines", text=[str(r["value"]) for r in rows],
                                      textposition="top center", name=f"accuracy vs {name}",
                                      xaxis="x" if axis == "tps" else "x2"))
-        fig.update_layout(title=f"{method}: sweeping {field}", height=420, template="plotly_white",
-                          xaxis=dict(title="TPS (tokens/s)", domain=[0, 0.47]),
+        fig.update_layout(xaxis=dict(title="TPS (tokens/s)", domain=[0, 0.47]),
                           xaxis2=dict(title="TPF (tokens/forward)", domain=[0.53, 1]),
                           yaxis=dict(title="accuracy (%)", range=[-2, 102]))
+        figures.style(fig, f"{method}: sweeping {field}", 420, "sweep")
         table = [[r["value"], round(100 * r["accuracy"], 1), round(r["tpf"], 2), round(r["tps"], 1),
                   round(r["nfe"], 1)] for r in rows]
         return fig, table

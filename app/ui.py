@@ -106,7 +106,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
 
     host = ModelHost(model_path or polestar.DEFAULT_MODEL, device)
     # load the shared model in the background while the page is being served, so the first Run is quick
-    threading.Thread(target=host.get, daemon=True, name="model-load").start()
+    host.preload()
     records: dict[str, RunRecord] = {}
     stops: dict[str, threading.Event] = {}
     examples = _examples()
