@@ -77,3 +77,34 @@ def test_init_from_a_checkpoint_continues_its_weights(trained, tmp_path):
     after = load_file(str(tmp_path / "cont" / "state.safetensors"))["model/embed_tokens.weight"]
     start = polestar.load_model(shipped, dtype=torch.float32).embed_tokens.weight
     assert (after - start).abs().max() < 0.05 * start.abs().max()
+
+
+def test_task_mix_and_stratified_mask_ratios(trained):
+    """`tasks` picks the rows' tasks (a single-task phase sees only that task); an unknown name is refused; the
+    SFT loss draws one mask ratio per row from each of b equal slices of U(ε, 1)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from polestar.errors import ConfigError
+    from polestar.train.data import TaskBatcher
+    from polestar.train.trainer import sft_loss
+
+    _, run = trained
+    tok = PreTrainedTokenizerFast.from_pretrained(str(run / "tokenizer"))
+    batch = TaskBatcher(tok, tok.eos_token_id, 0, 2048, (48,), ("lists",)).batch(3)
+    text = tok.batch_decode(batch.ids)
+    assert all("####" not in t for t in text) and any("list" in t.lower() for t in text)
+    with pytest.raises(ConfigError, match="tasks must name tasks from arith, lists"):
+        TrainConfig(tasks=("poetry",))
+
+    class Recorder(torch.nn.Module):  # stands in for the model: records which positions were masked
+        def forward(self, noisy):
+            self.noisy = noisy
+            return torch.zeros(*noisy.shape, 8, requires_grad=True)
+
+    b, length = 64, 4000
+    ids = torch.ones(b, length, dtype=torch.long)
+    model = Recorder()
+    sft_loss(model, ids, torch.ones(b, length, dtype=torch.bool), 7, 0.001, torch.Generator().manual_seed(0))
+    ratios = (model.noisy == 7).float().mean(1).sort().values
+    slices = (torch.arange(b) + 0.5) / b
+    assert (ratios - slices).abs().max() < 0.5 / b + 0.03  # one ratio per slice (binomial noise ~0.008 at 4000)

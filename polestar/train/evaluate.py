@@ -49,6 +49,30 @@ def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length:
 
 
 @torch.no_grad()
+def fill_accuracy(model, task: str, n: int, seed: int, ratio: float, gen_length: int = 64) -> dict:
+    """Teacher-forced probe (one forward per example, no sampler): mask `ratio` of the reference answer's tokens
+    (at least one) on a canvas of the answer + EOS padding to `gen_length`, and count how many masked answer
+    tokens the model's argmax recovers. Cheap enough to track training; not the acceptance metric."""
+    tok = model.tokenizer
+    generator = torch.Generator().manual_seed(seed)
+    hits = masked = whole = 0
+    for ex in tasks.make(task, n, seed):
+        prompt = chat_prompt_ids(tok, ex.prompt)
+        answer = tok(ex.answer, add_special_tokens=False).input_ids[: gen_length - 1]
+        response = torch.tensor(answer + [model.eos_id] * (gen_length - len(answer)))
+        k = max(1, round(ratio * len(answer)))
+        picked = torch.randperm(len(answer), generator=generator)[:k]
+        canvas = torch.cat([torch.tensor(prompt), response]).unsqueeze(0)
+        canvas[0, len(prompt) + picked] = model.mask_id
+        logits = model(canvas)  # aligned: row j predicts position j
+        guess = logits[0, len(prompt) + picked].argmax(-1)
+        right = guess == response[picked]
+        hits, masked, whole = hits + int(right.sum()), masked + k, whole + bool(right.all())
+    return {"task": task, "n": n, "seed": seed, "fill_ratio": ratio, "token_accuracy": round(hits / masked, 4),
+            "all_masked_right": round(whole / n, 4)}
+
+
+@torch.no_grad()
 def time_forward(model, length: int = 320, repeats: int = 30) -> float:
     ids = torch.randint(0, len(model.tokenizer), (1, length))
     for _ in range(3):
@@ -74,6 +98,8 @@ def main() -> None:
     p.add_argument("--threshold", type=float, default=None, help="confidence-threshold parallel decoding")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--fill", type=float, default=None,
+                   help="teacher-forced probe instead: mask this fraction of each reference answer, one forward")
     p.add_argument("--time-forward", action="store_true", help="also time one full forward over 320 tokens")
     args = p.parse_args()
     if args.threads:
@@ -82,6 +108,9 @@ def main() -> None:
     if args.time_forward:
         print(json.dumps({"forward_320_ms_median": round(time_forward(model), 2), "threads": torch.get_num_threads()}))
     for task in args.tasks.split(","):
+        if args.fill is not None:
+            print(json.dumps(fill_accuracy(model, task, args.n, args.seed, args.fill)), flush=True)
+            continue
         row = evaluate(model, task, args.n, args.seed, args.gen_length, args.block_length, args.threshold, args.batch)
         print(json.dumps(row), flush=True)
 

@@ -47,6 +47,9 @@ class TrainConfig:
     token_budget: int = field(default=6144, metadata={"help": "tokens per batch"})
     response_lengths: tuple[int, ...] = field(default=(64, 64, 64, 128, 256),
                                               metadata={"help": "response lengths (one drawn per batch)"})
+    tasks: tuple[str, ...] = field(default=("arith", "lists"),
+                                   metadata={"help": "task mix: a batch's rows cycle through these task names (repeat a "
+                                                     "name to weight it; one name for a single-task phase)"})
     mask_eps: float = field(default=1e-3, metadata={"help": "lower bound of the mask ratio t"})
     seed: int = field(default=0, metadata={"help": "seed of init and data"})
     tokenizer_corpus: int = field(default=20000, metadata={"help": "examples per task to train the tokenizer on"})
@@ -61,6 +64,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model {self.d_model} must be divisible by n_heads {self.n_heads}")
+        from polestar import tasks
+
+        unknown = [t for t in self.tasks if t not in tasks.TASKS]
+        if not self.tasks or unknown:
+            raise ConfigError(f"tasks must name tasks from {', '.join(tasks.TASKS)}, got {list(self.tasks)}")
         if not 0 < self.mask_eps < 1:
             raise ConfigError(f"mask_eps must be in (0, 1), got {self.mask_eps}")
         if self.steps < 1 or self.warmup < 0 or self.token_budget < 64:
@@ -94,9 +102,12 @@ def _lr(cfg: TrainConfig, step: int) -> float:
 
 def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask_id: int, eps: float,
              generator: torch.Generator) -> torch.Tensor:
-    """LLaDA's SFT loss for one batch: ids [b, L], response [b, L] bool."""
+    """LLaDA's SFT loss for one batch: ids [b, L], response [b, L] bool. The mask ratios are stratified over the
+    batch (row i gets t from the i-th of b equal slices of U(ε, 1), one shared offset, rows shuffled): each t is
+    still U(ε, 1), but the batch covers the range evenly, which lowers the variance of the 1/t-weighted loss."""
     b = ids.shape[0]
-    t = eps + (1 - eps) * torch.rand(b, 1, generator=generator)
+    offset = torch.rand(1, generator=generator)
+    t = eps + (1 - eps) * (torch.randperm(b, generator=generator).unsqueeze(1) + offset) / b
     masked = response & (torch.rand(ids.shape, generator=generator) < t)
     noisy = ids.masked_fill(masked, mask_id)
     logits = model(noisy)
@@ -144,7 +155,7 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
     start = _resume(out, model, opt)
     if start == 0 and cfg.init_from:
         _init_from(model, Path(cfg.init_from))
-    batcher = TaskBatcher(tokenizer, special["eos"], cfg.seed, cfg.token_budget, cfg.response_lengths)
+    batcher = TaskBatcher(tokenizer, special["eos"], cfg.seed, cfg.token_budget, cfg.response_lengths, cfg.tasks)
     model.train()
     out.mkdir(parents=True, exist_ok=True)
     t0, logf = time.time(), open(out / "log.jsonl", "a")
