@@ -23,8 +23,8 @@ OPS = {
 }
 
 
-def candidate(rng: random.Random) -> Example:
-    op = rng.choice(tuple(OPS))
+def candidate(rng: random.Random, ops: tuple[str, ...] = tuple(OPS)) -> Example:
+    op = rng.choice(ops)
     k = rng.randint(4, 12)
     if rng.random() < 0.5:
         items = [str(rng.randint(0, 99)) for _ in range(k)]
@@ -36,6 +36,12 @@ def candidate(rng: random.Random) -> Example:
     prompt = rng.choice(OPS[op]).format(items=" ".join(items))
     answer = " ".join(result)
     return Example(task="lists", prompt=prompt, answer=answer, target=answer)
+
+
+def candidate_copy(rng: random.Random) -> Example:
+    """The copy operation only: a training curriculum step (copying from the prompt is the circuit reverse and
+    sort build on, and mixed data dilutes it)."""
+    return candidate(rng, ("copy",))
 
 
 def score(example: Example, completion: str) -> bool:
