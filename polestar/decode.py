@@ -22,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from polestar import profiling
 from polestar.caches import make_cache_policy
 from polestar.caches.base import StepView
 from polestar.config import CommitRule, DecodeConfig
@@ -113,25 +114,27 @@ def decode(
         while n_masked > 0 and not stop:
             t_step = time.perf_counter()
             view.targets = _targets(canvas, start, end, cfg, mask_id)
-            result = cache_policy.forward(view)
+            with profiling.section("forward (cache policy)"):
+                result = cache_policy.forward(view)
             nfe += 1
             staleness = None
             if cfg.measure_staleness and cache_policy.cache is not None:
                 t_measure = time.perf_counter()
                 staleness = kv_staleness(model, canvas, cache_policy.cache)
                 excluded += time.perf_counter() - t_measure
-            tokens, confidence = propose(result.logits, cfg.temperature, generator, mask_id)
-            rank = confidence
-            if cfg.prior_sigma > 0:
-                decoded = canvas[:, prompt_len:] != mask_id
-                rank = confidence * certainty_density(decoded, cfg.prior_sigma)[:, view.targets - prompt_len]
-            k = plan[view.step] if view.step < len(plan) else 1
-            commit = commit_policy.select(confidence, rank, k, result.delta)
-            chosen = commit.mask[0]
-            canvas[0, view.targets[chosen]] = tokens[0, chosen]
-            suffix = _suffix_commits(result, cfg, generator, mask_id, canvas)
-            cache_policy.observe(view, result.logits, chosen)
-            n_masked = int((canvas[0, start:end] == mask_id).sum())
+            with profiling.section("propose + commit"):
+                tokens, confidence = propose(result.logits, cfg.temperature, generator, mask_id)
+                rank = confidence
+                if cfg.prior_sigma > 0:
+                    decoded = canvas[:, prompt_len:] != mask_id
+                    rank = confidence * certainty_density(decoded, cfg.prior_sigma)[:, view.targets - prompt_len]
+                k = plan[view.step] if view.step < len(plan) else 1
+                commit = commit_policy.select(confidence, rank, k, result.delta)
+                chosen = commit.mask[0]
+                canvas[0, view.targets[chosen]] = tokens[0, chosen]
+                suffix = _suffix_commits(result, cfg, generator, mask_id, canvas)
+                cache_policy.observe(view, result.logits, chosen)
+                n_masked = int((canvas[0, start:end] == mask_id).sum())
             if record is not None:
                 _sync(device)
                 event = _event(view, result, nfe, tokens, confidence, commit, cfg, t_step, suffix, commit_policy)

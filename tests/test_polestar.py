@@ -147,3 +147,25 @@ def test_offloaded_window_decodes_identically(tiny):
     assert torch.equal(a.canvas, b.canvas)
     assert any(e.kind == "refresh" for e in a.trace.events)
     assert [e.extra for e in a.trace.events] == [e.extra for e in b.trace.events]
+
+
+def test_profiling_sections_break_down_a_polestar_step(tiny):
+    """Inside `profiling.collect()` the named sections of the loop and of Polestar's forward are timed (the
+    breakdown of analysis/step_breakdown.py); outside it nothing is recorded and decoding is unchanged."""
+    from polestar import profiling
+
+    ids = torch.tensor(PROMPT)
+    cfg = resolve("polestar", gen_length=32, block_length=8, tau_s=0.3, tau_upd=2)
+    plain = decode(tiny, ids, cfg)
+    with profiling.collect() as times:
+        profiled = decode(tiny, ids, cfg)
+    assert torch.equal(plain.canvas, profiled.canvas)
+    for name in ("forward (cache policy)", "propose + commit", "entry: forward", "step: block layer",
+                 "step: proxy attention + drift", "step: select + fetch + packet"):
+        assert times[name] > 0, name
+    parts = sum(v for k, v in times.items() if k.startswith(("entry:", "step:")))
+    assert parts <= times["forward (cache policy)"] * 1.001  # nested sections are parts of the forward
+    assert times["forward (cache policy)"] + times["propose + commit"] <= profiled.wall_s * 1.001
+    with profiling.section("outside"):
+        pass
+    assert "outside" not in times

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.token_kl import token_drift_kl
+from polestar import profiling
 from polestar.caches.base import CachePolicy, Pass, StepView
 from polestar.clustering import proxy_drift, spherical_kmeans, split_counts
 from polestar.config import DriftReference, EntrySchedule
@@ -77,24 +78,28 @@ class PolestarCache(CachePolicy):
         model, canvas = self.model, view.canvas
         block = torch.arange(view.block_start, view.block_end, device=canvas.device)
         window = self.window(view)
-        if self._windowed_entry(view):
-            rows = self.with_predictors(torch.cat([window, block]))
-            inputs, hidden = self._rows_with_inputs(canvas, rows)
-            result = Pass(logits=self.predict(hidden, rows, view.targets), kind="windowed-entry", rows=len(rows))
-            index_of = lambda pos: torch.searchsorted(rows, pos)  # noqa: E731
-        else:
-            result, out = self.full_pass(view, output_hidden_states=True)
-            inputs = out.hidden_states
-            index_of = lambda pos: pos  # noqa: E731
+        with profiling.section("entry: forward"):
+            if self._windowed_entry(view):
+                rows = self.with_predictors(torch.cat([window, block]))
+                inputs, hidden = self._rows_with_inputs(canvas, rows)
+                result = Pass(logits=self.predict(hidden, rows, view.targets), kind="windowed-entry",
+                              rows=len(rows))
+                index_of = lambda pos: torch.searchsorted(rows, pos)  # noqa: E731
+            else:
+                result, out = self.full_pass(view, output_hidden_states=True)
+                inputs = out.hidden_states
+                index_of = lambda pos: pos  # noqa: E731
         self.windows = None  # a window of the previous block must never serve this one
         if self.cfg.polestar_cache and len(window):
-            self.windows = [self._cluster(index, inputs[index][0, index_of(window)], window, view.block_start)
-                            for index in range(model.spec.n_layers)]
+            with profiling.section("entry: cluster + quantize + reference"):
+                self.windows = [self._cluster(index, inputs[index][0, index_of(window)], window, view.block_start)
+                                for index in range(model.spec.n_layers)]
         last = model.spec.n_layers - 1
         self.block_rows = self.with_predictors(block)
         if self.cfg.current_commit:
-            rows_in = inputs[last][:, index_of(self.block_rows)]
-            self.prev_attn = model.attention_probs(last, rows_in, self.block_rows, self.cache)
+            with profiling.section("entry: token-drift reference"):
+                rows_in = inputs[last][:, index_of(self.block_rows)]
+                self.prev_attn = model.attention_probs(last, rows_in, self.block_rows, self.cache)
         return result
 
     def _rows_with_inputs(self, canvas: torch.Tensor, rows: torch.Tensor):
@@ -148,26 +153,32 @@ class PolestarCache(CachePolicy):
         for index in range(n_layers):
             win = self.windows[index] if (cfg.polestar_cache and self.windows is not None) else None
             if packet is not None:
-                self._consume(index, win, *packet)
-            out = model.layer(index, h, rows, self.cache, need_attn=cfg.current_commit and index == n_layers - 1)
+                with profiling.section("step: consume packet"):
+                    self._consume(index, win, *packet)
+            with profiling.section("step: block layer"):
+                out = model.layer(index, h, rows, self.cache,
+                                  need_attn=cfg.current_commit and index == n_layers - 1)
             h = out.hidden
             if win is None:
                 continue
-            now, drift = self._cluster_drift(index, win, overlap=not refresh)
+            with profiling.section("step: proxy attention + drift"):
+                now, drift = self._cluster_drift(index, win, overlap=not refresh)
             drifts.append(drift)
             if cfg.drift_reference == DriftReference.PREVIOUS_STEP:
                 win.reference = now
             if not refresh:
                 continue
-            k = cfg.top_k_last_layer if index == n_layers - 1 else cfg.top_k
-            chosen = drift.topk(min(k, len(drift))).indices
-            members = torch.isin(win.labels, chosen).nonzero().flatten()
-            # the members are refreshed here and consumed by the next layer: fetch both layers' rows now
-            fetched = win.store.prefetch(members)
-            fetched_next = self.windows[index + 1].store.prefetch(members) if index + 1 < n_layers else None
-            positions = win.positions[members]
-            h_in = win.store.get(members, fetched).to(model.dtype).unsqueeze(0)
-            packet = (members, model.layer(index, h_in, positions, self.cache, write=False).hidden, fetched_next)
+            with profiling.section("step: select + fetch + packet"):
+                k = cfg.top_k_last_layer if index == n_layers - 1 else cfg.top_k
+                chosen = drift.topk(min(k, len(drift))).indices
+                members = torch.isin(win.labels, chosen).nonzero().flatten()
+                # the members are refreshed here and consumed by the next layer: fetch both layers' rows now
+                fetched = win.store.prefetch(members)
+                fetched_next = self.windows[index + 1].store.prefetch(members) if index + 1 < n_layers else None
+                positions = win.positions[members]
+                h_in = win.store.get(members, fetched).to(model.dtype).unsqueeze(0)
+                packet = (members, model.layer(index, h_in, positions, self.cache, write=False).hidden,
+                          fetched_next)
             selected.append(chosen.tolist())
             refreshed.append(positions)
             if cfg.drift_reference == DriftReference.LAST_REFRESH:
@@ -175,17 +186,20 @@ class PolestarCache(CachePolicy):
         if self.side is not None:
             torch.cuda.current_stream().wait_stream(self.side)
         drifts = [d.tolist() for d in drifts]
-        result = Pass(logits=self.predict(h, rows, view.targets), kind="refresh" if refresh else "block",
-                      rows=len(rows))
+        with profiling.section("step: head"):
+            result = Pass(logits=self.predict(h, rows, view.targets), kind="refresh" if refresh else "block",
+                          rows=len(rows))
         if cfg.current_commit:
-            result.drift, result.delta = self._token_drift(view, out.attn, rows)
+            with profiling.section("step: token drift"):
+                result.drift, result.delta = self._token_drift(view, out.attn, rows)
         if refresh:
             self.since_refresh = 0
             all_refreshed = torch.unique(torch.cat(refreshed)) if refreshed else None
             result.refreshed_positions = all_refreshed
             result.refreshed_layers = list(range(n_layers))
             if cfg.suffix_commit and packet is not None:
-                self._suffix(view, result, win, packet[0], packet[1])
+                with profiling.section("step: suffix logits"):
+                    self._suffix(view, result, win, packet[0], packet[1])
         result.extra = {"refresh": refresh, "cluster_drift": drifts, "selected_clusters": selected}
         if refresh and refreshed:
             result.extra["refreshed_per_layer"] = [len(p) for p in refreshed]
