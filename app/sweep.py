@@ -66,7 +66,7 @@ def build_sweep_tab(host: ModelHost) -> None:
         fig.update_layout(xaxis=dict(title="TPS (tokens/s)", domain=[0, 0.47]),
                           xaxis2=dict(title="TPF (tokens/forward)", domain=[0.53, 1]),
                           yaxis=dict(title="accuracy (%)", range=[-2, 102]))
-        figures.style(fig, f"{method}: sweeping {field}", 420, "sweep")
+        figures.style(fig, f"{method}: sweeping {field}", 440, "sweep", legend=True)
         table = [[r["value"], round(100 * r["accuracy"], 1), round(r["tpf"], 2), round(r["tps"], 1),
                   round(r["nfe"], 1)] for r in rows]
         return fig, table
