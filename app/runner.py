@@ -1,10 +1,10 @@
 """Runs the decoder for the app: the shared model host, and a streaming run that fills a RunRecord.
 
 All model work (loading, decoding, the analysis probe) runs on the host's one long-lived worker thread, which
-also serialises runs from different sessions. One thread matters on a CPU: torch's OpenMP workers spin for a
-while after each parallel region, and a second thread issuing torch ops meanwhile starts its own team that
-fights them for the cores (measured here: a decode took 2.5× longer from a fresh thread than from the thread
-that ran the previous one). The Gradio generator samples the record at most every `FRAME_S` seconds (and always
+also serialises runs from different sessions. One thread matters on a CPU: torch ops issued from a second Python
+thread start a second OpenMP team, the two teams' idle workers spin and fight for the cores, and from then on
+both threads decode slowly (measured on 2 cores: 0.44 s per decode on the thread that loaded the model, 1.3 s on
+any thread once two had run torch ops). Handlers therefore never touch torch; they only build figures. The Gradio generator samples the record at most every `FRAME_S` seconds (and always
 yields the final state), so the browser is never flooded. A stop flag is checked by the decoder after every
 step.
 """
