@@ -4,9 +4,10 @@ All model work (loading, decoding, the analysis probe) runs on the host's one lo
 also serialises runs from different sessions. One thread matters on a CPU: torch ops issued from a second Python
 thread start a second OpenMP team, the two teams' idle workers spin and fight for the cores, and from then on
 both threads decode slowly (measured on 2 cores: 0.44 s per decode on the thread that loaded the model, 1.3 s on
-any thread once two had run torch ops). Handlers therefore never touch torch; they only build figures. The Gradio generator samples the record at most every `FRAME_S` seconds (and always
-yields the final state), so the browser is never flooded. A stop flag is checked by the decoder after every
-step.
+any thread once two had run torch ops). Handlers therefore never touch torch; they only build figures.
+
+The Gradio generator samples the record at most every `FRAME_S` seconds (and always yields the final state), so
+the browser is never flooded. A stop flag is checked by the decoder after every step.
 """
 
 from __future__ import annotations
