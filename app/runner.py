@@ -70,7 +70,7 @@ def stream_run(host: ModelHost, prompt: str, cfg: DecodeConfig, label: str, stop
     from polestar.probe import AttentionProbe
 
     model = host.submit(host.get).result()
-    ids = encode_prompt(model, prompt)
+    ids = host.submit(lambda: encode_prompt(model, prompt)).result()  # torch stays on the model thread
     vocab = model.tokenizer.convert_ids_to_tokens(list(range(len(model.tokenizer)))) if model.tokenizer else []
     rec = RunRecord(label=label, config=cfg, prompt_len=ids.shape[1], vocab=vocab, mask_id=model.mask_id,
                     eos_id=model.eos_id)
