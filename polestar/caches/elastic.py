@@ -61,8 +61,10 @@ class ElasticCache(CachePolicy):
         full_h = self.inputs[refreshed_from].clone()
         for index in range(refreshed_from, n_layers):
             self.inputs[index] = full_h.clone()
-            out = model.layer(index, full_h, all_rows, self.cache, need_attn=True)
-            window_attn.append(out.attn[:, :, view.targets])
+            out = model.layer(index, full_h, all_rows, self.cache)  # fused attention: no [L, L] probabilities
+            # only the window's query rows are tracked: their probabilities over the keys just written
+            window_attn.append(model.attention_probs(index, self.inputs[index][:, view.targets], view.targets,
+                                                     self.cache))
             full_h = out.hidden
         self._update_track(view, window_attn)
         logits = model.head(full_h[:, model.predicting_rows(view.targets)])
