@@ -1,8 +1,8 @@
 """Seeded, deterministic task generators with scorers: `make(name, n, seed)` and `score(name, example, text)`.
 
 Tasks: `arith` (GSM8K-style word problems, scored on the integer after `####`) and `lists` (copy / reverse /
-sort, exact match); `lists-copy` is the copy third of `lists`, a training curriculum step. `split="test"`
-(the default) gives held-out examples; training draws `split="train"`.
+sort, exact match); `lists-copy` (the copy third of `lists`) and `lists-copy-words` are training curriculum
+steps. `split="test"` (the default) gives held-out examples; training draws `split="train"`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from polestar.tasks.base import SPLITS, Example, draw, split_of
 
 TASKS = {"arith": arith, "lists": lists,
          # training curriculum only: the copy third of `lists` (same scorer, same train/test split rule)
-         "lists-copy": SimpleNamespace(candidate=lists.candidate_copy, score=lists.score)}
+         "lists-copy": SimpleNamespace(candidate=lists.candidate_copy, score=lists.score),
+         "lists-copy-words": SimpleNamespace(candidate=lists.candidate_copy_words, score=lists.score)}
 
 __all__ = ["TASKS", "Example", "make", "score", "split_of"]
 

@@ -23,10 +23,10 @@ OPS = {
 }
 
 
-def candidate(rng: random.Random, ops: tuple[str, ...] = tuple(OPS)) -> Example:
+def candidate(rng: random.Random, ops: tuple[str, ...] = tuple(OPS), words_only: bool = False) -> Example:
     op = rng.choice(ops)
     k = rng.randint(4, 12)
-    if rng.random() < 0.5:
+    if not words_only and rng.random() < 0.5:
         items = [str(rng.randint(0, 99)) for _ in range(k)]
         key = int
     else:
@@ -42,6 +42,11 @@ def candidate_copy(rng: random.Random) -> Example:
     """The copy operation only: a training curriculum step (copying from the prompt is the circuit reverse and
     sort build on, and mixed data dilutes it)."""
     return candidate(rng, ("copy",))
+
+
+def candidate_copy_words(rng: random.Random) -> Example:
+    """Copy of word lists only (one token per item): the easiest curriculum step."""
+    return candidate(rng, ("copy",), words_only=True)
 
 
 def score(example: Example, completion: str) -> bool:
