@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-PROB_FLOOR = 1e-12  # probabilities are clamped here before the logarithm (spec §2)
+from kernels.token_kl import token_drift_kl_reference
 
 
 @dataclass
@@ -57,10 +57,8 @@ def spherical_kmeans(x: torch.Tensor, k: int, iters: int, generator: torch.Gener
 
 def kl_drift(now: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     """mean over heads of max(0, KL(now ‖ ref)), fp32, probabilities clamped at 1e-12.
-    now, ref [..., heads, length] -> [...]."""
-    p = now.float().clamp_min(PROB_FLOOR)
-    q = ref.float().clamp_min(PROB_FLOOR)
-    return (p * (p.log() - q.log())).sum(-1).clamp_min(0).mean(-1)
+    now, ref [..., heads, length] -> [...] (the token-drift kernel's reference, in fp32)."""
+    return token_drift_kl_reference(now.float(), ref.float())
 
 
 def proxy_drift(model, layer: int, centroids: torch.Tensor, cache, reference: torch.Tensor | None,
