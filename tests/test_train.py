@@ -79,6 +79,33 @@ def test_init_from_a_checkpoint_continues_its_weights(trained, tmp_path):
     assert (after - start).abs().max() < 0.05 * start.abs().max()
 
 
+def test_init_from_with_a_new_tokenizer_moves_rows_by_token_string(trained, tmp_path):
+    """A run that starts from a digit-split checkpoint with merged numbers keeps every shared token's rows and
+    starts a merged number from the mean of its digits' rows; the layers are copied as they are."""
+    from transformers import PreTrainedTokenizerFast
+
+    _, run = trained
+    shipped = export(run, tmp_path / "model")
+    merged = TrainConfig(out_dir=str(tmp_path / "merged"), steps=40, init_from=str(shipped), new_tokenizer=True,
+                         **(MICRO | {"split_digits": False, "vocab_size": 500}))
+    train(merged, until=1)
+    old = polestar.load_model(shipped, dtype=torch.float32)
+    new_tok = PreTrainedTokenizerFast.from_pretrained(str(tmp_path / "merged" / "tokenizer"))
+    number = next(t for t in sorted(new_tok.get_vocab()) if t.lstrip("Ġ").isdigit() and len(t.lstrip("Ġ")) >= 2)
+    new_ids = [new_tok.convert_tokens_to_ids(number)]
+    old_ids = old.tokenizer(new_tok.convert_tokens_to_string([number]), add_special_tokens=False).input_ids
+    assert len(old_ids) >= 2  # one token per digit in the checkpoint's vocabulary
+    list_new, list_old = new_tok.convert_tokens_to_ids("Ġlist"), old.tokenizer.convert_tokens_to_ids("Ġlist")
+    after = load_file(str(tmp_path / "merged" / "state.safetensors"))
+    emb, before = after["model/embed_tokens.weight"], old.embed_tokens.weight
+    # Adam's first step moves a weight by at most lr (|m̂/√v̂| ≤ 1) plus the decay lr·λ·|w|
+    step = MICRO["lr"] * (1 + merged.weight_decay * before.abs().max()) * 1.001
+    assert (emb[list_new] - before[list_old]).abs().max() <= step
+    assert (emb[new_ids[0]] - before[old_ids].mean(0)).abs().max() <= step
+    wo, wo_before = after["model/layers.0.wo.weight"], old.layers[0].wo.weight
+    assert (wo - wo_before).abs().max() <= MICRO["lr"] * (1 + merged.weight_decay * wo_before.abs().max()) * 1.001
+
+
 def test_task_mix_and_stratified_mask_ratios(trained):
     """`tasks` picks the rows' tasks (a single-task phase sees only that task); an unknown name is refused; the
     SFT loss draws one mask ratio per row from each of b equal slices of U(ε, 1)."""

@@ -48,14 +48,17 @@ class TrainConfig:
     response_lengths: tuple[int, ...] = field(default=(64, 64, 64, 128, 256),
                                               metadata={"help": "response lengths (one drawn per batch)"})
     tasks: tuple[str, ...] = field(default=("arith", "lists"),
-                                   metadata={"help": "task mix: a batch's rows cycle through these task names (repeat a "
-                                                     "name to weight it; one name for a single-task phase)"})
+                                   metadata={"help": "task mix: a batch's rows cycle through these task names "
+                                                     "(repeat a name to weight it; one name for a single-task phase)"})
     mask_eps: float = field(default=1e-3, metadata={"help": "lower bound of the mask ratio t"})
     seed: int = field(default=0, metadata={"help": "seed of init and data"})
     tokenizer_corpus: int = field(default=20000, metadata={"help": "examples per task to train the tokenizer on"})
     split_digits: bool = field(default=True, metadata={"help": "one token per digit (else BPE merges numbers)"})
     init_from: str = field(default="", metadata={"help": "start from this LLaDA-format checkpoint (its weights and "
                                                           "tokenizer), e.g. the shipped model, instead of random"})
+    new_tokenizer: bool = field(default=False, metadata={"help": "with --init-from: train a new tokenizer (by "
+                                                                 "--vocab-size, --split-digits) and move the "
+                                                                 "embedding rows over by token string"})
     autocast: bool = field(default=True, metadata={"help": "bf16 autocast on CPU"})
     log_every: int = field(default=25, metadata={"help": "log interval in steps"})
     ckpt_every: int = field(default=200, metadata={"help": "checkpoint interval in steps"})
@@ -133,7 +136,7 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out_dir)
     tok_dir = out / "tokenizer"
-    if cfg.init_from and not (tok_dir / "tokenizer.json").is_file():
+    if cfg.init_from and not cfg.new_tokenizer and not (tok_dir / "tokenizer.json").is_file():
         import shutil
 
         tok_dir.mkdir(parents=True, exist_ok=True)
@@ -142,7 +145,8 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
     if not (tok_dir / "tokenizer.json").is_file():
         from polestar import tasks
 
-        corpus = [ex.prompt + "\n" + ex.answer for name in ("arith", "lists") for ex in tasks.make(name, cfg.tokenizer_corpus, 1, "train")]
+        corpus = [ex.prompt + "\n" + ex.answer for name in ("arith", "lists")
+                  for ex in tasks.make(name, cfg.tokenizer_corpus, 1, "train")]
         train_tokenizer(corpus + ["user", "assistant"], cfg.vocab_size, tok_dir, cfg.split_digits)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(tok_dir))
     special = {k: tokenizer.convert_tokens_to_ids(v) for k, v in
@@ -154,7 +158,7 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     start = _resume(out, model, opt)
     if start == 0 and cfg.init_from:
-        _init_from(model, Path(cfg.init_from))
+        _init_from(model, Path(cfg.init_from), tokenizer)
     batcher = TaskBatcher(tokenizer, special["eos"], cfg.seed, cfg.token_budget, cfg.response_lengths, cfg.tasks)
     model.train()
     out.mkdir(parents=True, exist_ok=True)
@@ -172,8 +176,9 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         if step % cfg.log_every == 0 or step == cfg.steps - 1:
-            row = {"step": step, "loss": round(loss.item(), 4), "lr": _lr(cfg, step), "grad_norm": round(gnorm.item(), 3),
-                   "batch": list(batch.ids.shape), "elapsed_s": round(time.time() - t0, 1)}
+            row = {"step": step, "loss": round(loss.item(), 4), "lr": _lr(cfg, step),
+                   "grad_norm": round(gnorm.item(), 3), "batch": list(batch.ids.shape),
+                   "elapsed_s": round(time.time() - t0, 1)}
             logf.write(json.dumps(row) + "\n")
             logf.flush()
             log.info("%s", row)
@@ -197,18 +202,45 @@ def _save(out: Path, model: Transformer, opt: torch.optim.Optimizer, step: int, 
     (out / "state.json").write_text(json.dumps({"step": step, "config": asdict(cfg)}, indent=2))
 
 
-def _init_from(model: Transformer, path: Path) -> None:
-    """Copy the weights of a LLaDA-format checkpoint (same architecture) into `model`, in fp32."""
+def _init_from(model: Transformer, path: Path, tokenizer=None) -> None:
+    """Copy the weights of a LLaDA-format checkpoint (same layers and width) into `model`, in fp32.
+
+    When the run's tokenizer differs from the checkpoint's (say, numbers merged into single tokens), the
+    embedding and LM-head rows move by token string, and a token the checkpoint lacks starts from the mean of
+    the rows of the pieces the checkpoint's tokenizer splits it into: the layers keep what they learnt."""
     from polestar.models.loader import load_model
 
     source = load_model(path, dtype=torch.float32)
     if source.spec.d_model != model.spec.d_model or source.spec.n_layers != model.spec.n_layers:
         raise ConfigError(f"{path} has d_model {source.spec.d_model} × {source.spec.n_layers} layers; the run wants "
                           f"{model.spec.d_model} × {model.spec.n_layers}: pass the same size flags")
+    theirs = dict(source.named_parameters())
+    vocab_rows = {"embed_tokens.weight", "lm_head.weight"}
+    rows = _vocab_map(tokenizer, source.tokenizer) if tokenizer is not None else None
     with torch.no_grad():
-        for (name, p), (_, q) in zip(model.named_parameters(), source.named_parameters()):
-            p.copy_(q)
-    log.info("initialised from %s", path)
+        for name, p in model.named_parameters():
+            q = theirs[name]
+            if name in vocab_rows and rows is not None:
+                p[: len(rows)] = torch.stack([q[ids].mean(0) for ids in rows])
+            else:
+                p.copy_(q)
+    log.info("initialised from %s%s", path, "" if rows is None else " (vocabulary moved by token string)")
+
+
+def _vocab_map(ours, theirs) -> list[list[int]] | None:
+    """For each row of `ours`, the rows of `theirs` that make up the same text; None when they are the same."""
+    if ours.get_vocab() == theirs.get_vocab():
+        return None
+    their_vocab = theirs.get_vocab()
+    by_id = {i: t for t, i in ours.get_vocab().items()}
+    rows = []
+    for i in range(len(by_id)):
+        token = by_id[i]
+        if token in their_vocab:
+            rows.append([their_vocab[token]])
+        else:  # byte-level text of a merged token: re-split it with their tokenizer
+            rows.append(theirs(ours.convert_tokens_to_string([token]), add_special_tokens=False).input_ids)
+    return rows
 
 
 def _resume(out: Path, model: Transformer, opt: torch.optim.Optimizer) -> int:
