@@ -202,7 +202,7 @@ def _save(out: Path, model: Transformer, opt: torch.optim.Optimizer, step: int, 
     (out / "state.json").write_text(json.dumps({"step": step, "config": asdict(cfg)}, indent=2))
 
 
-def _init_from(model: Transformer, path: Path, tokenizer=None) -> None:
+def _init_from(model: Transformer, path: Path, tokenizer) -> None:
     """Copy the weights of a LLaDA-format checkpoint (same layers and width) into `model`, in fp32.
 
     When the run's tokenizer differs from the checkpoint's (say, numbers merged into single tokens), the
@@ -216,7 +216,7 @@ def _init_from(model: Transformer, path: Path, tokenizer=None) -> None:
                           f"{model.spec.d_model} × {model.spec.n_layers}: pass the same size flags")
     theirs = dict(source.named_parameters())
     vocab_rows = {"embed_tokens.weight", "lm_head.weight"}
-    rows = _vocab_map(tokenizer, source.tokenizer) if tokenizer is not None else None
+    rows = _vocab_map(tokenizer, source.tokenizer)
     with torch.no_grad():
         for name, p in model.named_parameters():
             q = theirs[name]
