@@ -15,8 +15,8 @@ from collections import defaultdict
 import torch
 
 from polestar import tasks
-from polestar.reference import generate
 from polestar.api import chat_prompt_ids
+from polestar.reference import generate
 
 
 def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length: int,
@@ -32,10 +32,10 @@ def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length:
     for rows in by_len.values():
         for k in range(0, len(rows), batch):
             chunk = rows[k : k + batch]
-            prompt = torch.tensor([ids for _, ids in chunk])
+            prompt = torch.tensor([ids for _, ids in chunk], device=model.device)
             out = generate(model, prompt, gen_length, block_length, threshold=threshold)
             steps += sum(out.steps_per_row)
-            gen = out.canvas[:, prompt.shape[1]:]
+            gen = out.canvas[:, prompt.shape[1]:].cpu()
             content_tokens += int((gen != model.eos_id).sum())
             for (i, _), row in zip(chunk, gen):
                 completions[i] = tok.decode(row, skip_special_tokens=True)
@@ -98,13 +98,14 @@ def main() -> None:
     p.add_argument("--threshold", type=float, default=None, help="confidence-threshold parallel decoding")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (accuracy only; time the forward on the CPU)")
     p.add_argument("--fill", type=float, default=None,
                    help="teacher-forced probe instead: mask this fraction of each reference answer, one forward")
     p.add_argument("--time-forward", action="store_true", help="also time one full forward over 320 tokens")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = polestar.load_model(args.model)
+    model = polestar.load_model(args.model, device=args.device)
     if args.time_forward:
         print(json.dumps({"forward_320_ms_median": round(time_forward(model), 2), "threads": torch.get_num_threads()}))
     for task in args.tasks.split(","):

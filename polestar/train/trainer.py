@@ -3,8 +3,8 @@
 Objective (LLaDA §2.3): the prompt is never masked; each response position (answer + EOS padding) is masked
 independently with probability t ~ U(eps, 1), drawn per sequence; the loss is the cross-entropy on masked
 positions weighted by 1/t and normalised by the response length. AdamW with linear warm-up and cosine decay,
-bf16 autocast, gradient clipping. Checkpoints (safetensors + JSON, no pickle) every `ckpt_every` steps; a
-rerun with the same `out_dir` resumes from the last one.
+bf16 autocast, gradient clipping, on the CPU or a GPU. Checkpoints (safetensors + JSON, no pickle) every
+`ckpt_every` steps; a rerun with the same `out_dir` resumes from the last one.
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ class TrainConfig:
     new_tokenizer: bool = field(default=False, metadata={"help": "with --init-from: train a new tokenizer (by "
                                                                  "--vocab-size, --split-digits) and move the "
                                                                  "embedding rows over by token string"})
-    autocast: bool = field(default=True, metadata={"help": "bf16 autocast on CPU"})
+    autocast: bool = field(default=True, metadata={"help": "bf16 autocast (on the CPU or the GPU)"})
+    device: str = field(default="cpu", metadata={"help": "where to train: cpu, cuda or cuda:N"})
+    workers: int = field(default=0, metadata={"help": "processes that build batches ahead (0: in the training "
+                                                       "loop); a GPU run needs a few to keep the GPU fed"})
     log_every: int = field(default=25, metadata={"help": "log interval in steps"})
     ckpt_every: int = field(default=200, metadata={"help": "checkpoint interval in steps"})
     threads: int = field(default=0, metadata={"help": "torch threads (0: torch's default)"})
@@ -76,6 +79,10 @@ class TrainConfig:
             raise ConfigError(f"mask_eps must be in (0, 1), got {self.mask_eps}")
         if self.steps < 1 or self.warmup < 0 or self.token_budget < 64:
             raise ConfigError("steps ≥ 1, warmup ≥ 0 and token_budget ≥ 64 are required")
+        if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
+            raise ConfigError(f"device must be cpu, cuda or cuda:N, got {self.device!r}")
+        if self.workers < 0:
+            raise ConfigError(f"workers must be ≥ 0, got {self.workers}")
 
 
 def llada_config(cfg: TrainConfig, special: dict[str, int]) -> dict:
@@ -111,10 +118,12 @@ def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask
     b = ids.shape[0]
     offset = torch.rand(1, generator=generator)
     t = eps + (1 - eps) * (torch.randperm(b, generator=generator).unsqueeze(1) + offset) / b
-    masked = response & (torch.rand(ids.shape, generator=generator) < t)
+    # the noise is drawn on the CPU from the step's generator, so a run is the same on any device
+    masked = response & (torch.rand(ids.shape, generator=generator) < t).to(ids.device)
     noisy = ids.masked_fill(masked, mask_id)
     logits = model(noisy)
     ce = F.cross_entropy(logits[masked].float(), ids[masked], reduction="none")
+    t = t.to(ids.device)
     weights = (1.0 / t.expand_as(ids))[masked] / response.sum(1, keepdim=True).expand_as(ids)[masked]
     return (ce * weights).sum() / b
 
@@ -151,7 +160,10 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(tok_dir))
     special = {k: tokenizer.convert_tokens_to_ids(v) for k, v in
                {"eos": tokenizer.eos_token, "bos": tokenizer.bos_token, "mask": tokenizer.mask_token}.items()}
-    model = build_model(cfg, special)
+    device = torch.device(cfg.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for but torch sees no GPU: train with --device cpu")
+    model = build_model(cfg, special).to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -164,13 +176,13 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     t0, logf = time.time(), open(out / "log.jsonl", "a")
     stop = cfg.steps if until is None else min(until, cfg.steps)
-    for step in range(start, stop):
-        batch = batcher.batch(step)
+    for step, batch in zip(range(start, stop), _batches(batcher, start, stop, cfg.workers)):
+        ids, response = batch.ids.to(device, non_blocking=True), batch.response.to(device, non_blocking=True)
         g = torch.Generator().manual_seed(cfg.seed * 7919 + step)
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast):
-            loss = sft_loss(model, batch.ids, batch.response, special["mask"], cfg.mask_eps, g)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.autocast):
+            loss = sft_loss(model, ids, response, special["mask"], cfg.mask_eps, g)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -188,14 +200,39 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
     return out
 
 
+class _StepBatches(torch.utils.data.Dataset):
+    """Batch `start + i` of a TaskBatcher: batches are pure functions of the step, so workers can build them
+    in any order and the run stays the same as with none."""
+
+    def __init__(self, batcher: TaskBatcher, start: int, stop: int) -> None:
+        self.batcher, self.start, self.stop = batcher, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, i: int):
+        return self.batcher.batch(self.start + i)
+
+
+def _batches(batcher: TaskBatcher, start: int, stop: int, workers: int):
+    if workers == 0:
+        return (batcher.batch(step) for step in range(start, stop))
+    import os
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the tokenizer is used in forked workers
+    return iter(torch.utils.data.DataLoader(_StepBatches(batcher, start, stop), batch_size=None, num_workers=workers,
+                                            prefetch_factor=4, pin_memory=torch.cuda.is_available()))
+
+
 def _save(out: Path, model: Transformer, opt: torch.optim.Optimizer, step: int, cfg: TrainConfig) -> None:
     from safetensors.torch import save_file
 
     names = {id(p): n for n, p in model.named_parameters()}
-    tensors = {f"model/{n}": p.detach().contiguous() for n, p in model.named_parameters()}
+    tensors = {f"model/{n}": p.detach().cpu().contiguous() for n, p in model.named_parameters()}
     for p, state in opt.state.items():
         for key in ("exp_avg", "exp_avg_sq", "step"):
-            tensors[f"opt/{key}/{names[id(p)]}"] = state[key].detach().reshape(-1) if key == "step" else state[key]
+            value = state[key].detach().cpu()
+            tensors[f"opt/{key}/{names[id(p)]}"] = value.reshape(-1) if key == "step" else value
     tmp = out / "state.safetensors.tmp"
     save_file(tensors, str(tmp))
     tmp.replace(out / "state.safetensors")
@@ -256,8 +293,9 @@ def _resume(out: Path, model: Transformer, opt: torch.optim.Optimizer) -> int:
             p.copy_(tensors[f"model/{n}"])
     for n, p in params.items():
         if f"opt/exp_avg/{n}" in tensors:
-            opt.state[p] = {"step": tensors[f"opt/step/{n}"].reshape(()), "exp_avg": tensors[f"opt/exp_avg/{n}"],
-                            "exp_avg_sq": tensors[f"opt/exp_avg_sq/{n}"]}
+            opt.state[p] = {"step": tensors[f"opt/step/{n}"].reshape(()),
+                            "exp_avg": tensors[f"opt/exp_avg/{n}"].to(p.device),
+                            "exp_avg_sq": tensors[f"opt/exp_avg_sq/{n}"].to(p.device)}
     log.info("resumed %s at step %d", out, step)
     return step
 
