@@ -36,5 +36,8 @@ def gather_dequantize(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: t
         grid = ((n_out_groups + BLOCK_G - 1) // BLOCK_G,)
         _nvfp4_gather_dequantize_kernel[grid](
             codes.contiguous(), scales.contiguous(), anchors.float().contiguous(), anchor_index.contiguous(),
-            rows.contiguous(), out, float(tensor_scale), n_out_groups, groups_per_row, channels, BLOCK_G=BLOCK_G)
+            rows.contiguous(), out, float(tensor_scale), n_out_groups, groups_per_row, channels, BLOCK_G=BLOCK_G,
+            # no fused multiply-add: the product is rounded before the anchor add, as in the torch reference (with
+            # fusion the GPU build rounded once and `python -m kernels.bench` on an H200 failed bit parity)
+            enable_fp_fusion=False)
     return out

@@ -3,6 +3,7 @@ loads through `load_model`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from safetensors.torch import load_file
 
 import polestar
 from polestar import tasks
+from polestar.errors import ConfigError
 from polestar.train.trainer import TrainConfig, export, train
 
 MICRO = dict(d_model=32, n_layers=2, n_heads=4, mlp_hidden=64, vocab_size=400, token_budget=768,
@@ -37,13 +39,15 @@ def test_loss_falls(trained):
     assert last < 0.6 * first, (first, last)
 
 
-def test_resume_is_exact(trained, tmp_path):
-    """20 steps, stop, resume to 40 gives the same weights as 40 straight steps (same data, same schedule)."""
+@pytest.mark.parametrize("workers", [0, 2], ids=["in-loop batches", "batches from 2 worker processes"])
+def test_resume_is_exact(trained, tmp_path, workers):
+    """20 steps, stop, resume to 40 gives the same weights as 40 straight steps (same data, same schedule); the
+    same when the resumed half takes its batches from worker processes (they build them out of order)."""
     cfg, run = trained
     split = TrainConfig(out_dir=str(tmp_path / "split"), steps=40, ckpt_every=20, **MICRO)
     train(split, until=20)
     assert json.loads((tmp_path / "split" / "state.json").read_text())["step"] == 20
-    train(split)
+    train(dataclasses.replace(split, workers=workers))
     a = load_file(str(run / "state.safetensors"))
     b = load_file(str(tmp_path / "split" / "state.safetensors"))
     assert a.keys() == b.keys()
@@ -135,3 +139,9 @@ def test_task_mix_and_stratified_mask_ratios(trained):
     ratios = (model.noisy == 7).float().mean(1).sort().values
     slices = (torch.arange(b) + 0.5) / b
     assert (ratios - slices).abs().max() < 0.5 / b + 0.03  # one ratio per slice (binomial noise ~0.008 at 4000)
+
+
+@pytest.mark.parametrize("bad", [dict(device="gpu"), dict(device="cuda0"), dict(workers=-1)])
+def test_bad_device_or_workers_is_a_config_error(bad):
+    with pytest.raises(ConfigError):
+        TrainConfig(**bad)
