@@ -10,7 +10,6 @@ the current model's behaviour.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from dataclasses import dataclass
@@ -32,15 +31,9 @@ class Replay:
 
 
 def model_fingerprint(model_path: str | Path) -> str:
-    """sha256 of the checkpoint's weight files (a directory's *.safetensors, sorted), or '' for a hub id."""
-    root = Path(model_path)
-    files = sorted(root.glob("*.safetensors")) if root.is_dir() else []
-    if not files:
-        return ""
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.read_bytes())
-    return digest.hexdigest()
+    from polestar.models.loader import weights_fingerprint
+
+    return weights_fingerprint(model_path)
 
 
 def available(directory: Path = REPLAY_DIR) -> list[Replay]:

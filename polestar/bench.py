@@ -2,8 +2,9 @@
 
 Methods are interleaved per example (every method decodes example i before any decodes example i+1), so
 machine noise hits all alike; speed-ups are ratios of TPS within this one run. One warm-up decode per
-method is excluded. Every CSV row carries the config, versions, git SHA, machine and timestamp; with
-`--out` the CSV is appended row by row and a rerun skips the rows already there (resumable).
+method is excluded. Every CSV row carries the config, the weights' sha256, versions, git SHA, machine and
+timestamp; with `--out` the CSV is appended row by row and a rerun skips the rows already there for the same
+weights and config (resumable).
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from typing import Any
 from polestar import tasks
 from polestar.api import generate
 from polestar.config import DecodeConfig, resolve
+from polestar.errors import ConfigError
+
+
+class BenchError(ConfigError):
+    """A bench output file that cannot be resumed."""
 
 
 def provenance() -> dict[str, Any]:
@@ -46,12 +52,18 @@ def configs_for(methods: list[str], overrides: dict[str, Any]) -> dict[str, Deco
 def run_bench(model, suites: list[str], n: int, configs: dict[str, DecodeConfig], seed: int,
               progress: bool = True, out: Path | None = None) -> list[dict[str, Any]]:
     """Decode every example with every labelled config. With `out`, rows are appended to that CSV as they
-    finish and (suite, example, label, config) rows already in it are skipped: an interrupted bench resumes."""
+    finish and (suite, example, label, config) rows of the same weights already in it are skipped: an interrupted
+    bench resumes, and a bench of other weights never mixes with them."""
+    from polestar.models.loader import weights_fingerprint
+
     methods = list(configs)
     config_json = {m: json.dumps(asdict(c), default=str) for m, c in configs.items()}
-    rows = read_csv(out) if out is not None and out.is_file() else []
+    weights = weights_fingerprint(getattr(model, "path", ""))[:16]
+    if out is not None and out.is_file():
+        _check_resumable(out)
+    rows = [r for r in read_csv(out) if r["model"] == weights] if out is not None and out.is_file() else []
     done = {(r["suite"], int(r["example"]), r["method"], r["config"]) for r in rows}
-    stamp = provenance()
+    stamp = provenance() | {"model": weights}
     work = [(suite, i, ex) for suite in suites for i, ex in enumerate(tasks.make(suite, n, seed))]
     todo = [(s, i, ex, m) for s, i, ex in work for m in methods if (s, i, m, config_json[m]) not in done]
     if todo:
@@ -102,12 +114,13 @@ def markdown(table: list[dict[str, Any]], stamp: dict[str, Any]) -> str:
     lines = [f"| {r['suite']} | {r['method']} | {r['n']} | {100 * r['accuracy']:.1f}% | {r['tpf']:.2f} | "
              f"{r['tokens_per_step']:.2f} | {r['nfe']:.1f} | {r['tps']:.1f} | {r['speedup']:.2f}× |" for r in table]
     foot = (f"\nMachine: {stamp['device']} ({stamp['machine']}), torch {stamp['torch']}, git {stamp['git_sha']}, "
-            f"{stamp['timestamp']}. TPF = non-EOS tokens / NFE; TPS = non-EOS tokens / decode wall time.")
+            f"{stamp['timestamp']}" + (f", weights sha256 {stamp['model']}…" if stamp.get("model") else "")
+            + ". TPF = non-EOS tokens / NFE; TPS = non-EOS tokens / decode wall time.")
     return "\n".join([head, *lines]) + "\n" + foot + "\n"
 
 
 FIELDS = ("suite", "example", "method", "correct", "nfe", "content_tokens", "tokens_per_step", "wall_s", "config",
-          "git_sha", "torch", "transformers", "python", "machine", "device", "timestamp")
+          "model", "git_sha", "torch", "transformers", "python", "machine", "device", "timestamp")
 
 
 def append_csv(row: dict[str, Any], path: Path) -> None:
@@ -127,4 +140,13 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
         r["correct"] = r["correct"] == "True"
         r["nfe"], r["content_tokens"] = int(r["nfe"]), int(r["content_tokens"])
         r["tokens_per_step"], r["wall_s"] = float(r["tokens_per_step"]), float(r["wall_s"])
+        r.setdefault("model", "")  # rows of a bench older than the column
     return rows
+
+
+def _check_resumable(path: Path) -> None:
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), None)
+    if header is not None and tuple(header) != FIELDS:
+        raise BenchError(f"{path} has the columns of an older bench ({', '.join(header)}): rows cannot be appended "
+                         "to it; move it aside or pass another --out")

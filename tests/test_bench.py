@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import polestar
 from polestar import bench
 from tests.tiny_checkpoints import write_checkpoint
@@ -29,6 +31,23 @@ def test_bench_rows_table_and_resume(tmp_path):
     base = next(r for r in table if r["method"] == "baseline")
     assert base["speedup"] == 1.0 and base["n"] == 2 and base["nfe"] == 16
     assert "| lists | fast-dllm | 2 |" in bench.markdown(table, again[0])
+
+
+def test_resume_never_mixes_weights_and_refuses_an_old_csv(tmp_path):
+    """Rows of other weights in the CSV are not taken as done; a CSV without the weights column is refused."""
+    out = tmp_path / "bench.csv"
+    configs = bench.configs_for(["baseline"], SMALL)
+    first = polestar.load_model(write_checkpoint(tmp_path / "a", "llada", seed=0))
+    second = polestar.load_model(write_checkpoint(tmp_path / "b", "llada", seed=1))
+    a = bench.run_bench(first, ["lists"], 1, configs, 0, progress=False, out=out)
+    b = bench.run_bench(second, ["lists"], 1, configs, 0, progress=False, out=out)
+    assert len(out.read_text().splitlines()) == 3  # header + one row per weights
+    assert a[0]["model"] and b[0]["model"] and a[0]["model"] != b[0]["model"]
+    old = tmp_path / "old.csv"
+    lines = out.read_text().splitlines()
+    old.write_text(lines[0].replace("model,", "") + "\n")
+    with pytest.raises(bench.BenchError, match="older bench"):
+        bench.run_bench(first, ["lists"], 1, configs, 0, progress=False, out=old)
 
 
 def test_cli_bench_json(tmp_path):

@@ -205,3 +205,20 @@ def load_tokenizer(root: Path, family: Family, mask_id: int, eos_id: int):
             tokenizer.eos_token, tokenizer.eos_token_id, eos_id,
         )
     return tokenizer
+
+
+def weights_fingerprint(model_path: str | Path) -> str:
+    """sha256 of a checkpoint directory's weight files (*.safetensors, sorted), or '' for a hub id: names the
+    exact weights a replay or a benchmark row was made with."""
+    import hashlib
+
+    root = Path(model_path)
+    files = sorted(root.glob("*.safetensors")) if root.is_dir() else []
+    if not files:
+        return ""
+    digest = hashlib.sha256()
+    for f in files:
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 24), b""):
+                digest.update(chunk)
+    return digest.hexdigest()

@@ -21,6 +21,7 @@ from polestar.reference import generate
 
 def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length: int,
              threshold: float | None, batch: int) -> dict:
+    """Accuracy of `n` held-out examples; "rows" holds each example's prompt, target, completion and verdict."""
     examples = tasks.make(task, n, seed)
     tok = model.tokenizer
     by_len: dict[int, list[tuple[int, list[int]]]] = defaultdict(list)
@@ -29,9 +30,9 @@ def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length:
         by_len[len(ids)].append((i, ids))
     correct, steps, content_tokens, completions = 0, 0, 0, [""] * n
     t0 = time.perf_counter()
-    for rows in by_len.values():
-        for k in range(0, len(rows), batch):
-            chunk = rows[k : k + batch]
+    for group in by_len.values():
+        for k in range(0, len(group), batch):
+            chunk = group[k : k + batch]
             prompt = torch.tensor([ids for _, ids in chunk], device=model.device)
             out = generate(model, prompt, gen_length, block_length, threshold=threshold)
             steps += sum(out.steps_per_row)
@@ -40,12 +41,14 @@ def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length:
             for (i, _), row in zip(chunk, gen):
                 completions[i] = tok.decode(row, skip_special_tokens=True)
     wall = time.perf_counter() - t0
+    rows = []
     for ex, text in zip(examples, completions):
-        correct += tasks.score(task, ex, text)
+        ok = tasks.score(task, ex, text)
+        correct += ok
+        rows.append({"prompt": ex.prompt, "target": ex.target, "completion": text, "correct": bool(ok)})
     return {"task": task, "n": n, "seed": seed, "threshold": threshold, "gen_length": gen_length,
             "block_length": block_length, "accuracy": correct / n, "tokens_per_step": n * gen_length / steps,
-            "tpf": content_tokens / steps, "wall_s": round(wall, 1), "examples": list(zip(
-                [e.prompt for e in examples[:3]], completions[:3]))}
+            "tpf": content_tokens / steps, "wall_s": round(wall, 1), "rows": rows}
 
 
 @torch.no_grad()
@@ -101,6 +104,7 @@ def main() -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (accuracy only; time the forward on the CPU)")
     p.add_argument("--fill", type=float, default=None,
                    help="teacher-forced probe instead: mask this fraction of each reference answer, one forward")
+    p.add_argument("--dump", default=None, help="append every example's row (JSON lines) to this file")
     p.add_argument("--time-forward", action="store_true", help="also time one full forward over 320 tokens")
     args = p.parse_args()
     if args.threads:
@@ -112,8 +116,13 @@ def main() -> None:
         if args.fill is not None:
             print(json.dumps(fill_accuracy(model, task, args.n, args.seed, args.fill)), flush=True)
             continue
-        row = evaluate(model, task, args.n, args.seed, args.gen_length, args.block_length, args.threshold, args.batch)
-        print(json.dumps(row), flush=True)
+        result = evaluate(model, task, args.n, args.seed, args.gen_length, args.block_length, args.threshold,
+                          args.batch)
+        rows = result.pop("rows")
+        if args.dump:
+            with open(args.dump, "a") as f:
+                f.writelines(json.dumps({"task": task, "threshold": args.threshold} | r) + "\n" for r in rows)
+        print(json.dumps(result | {"examples": [[r["prompt"], r["completion"]] for r in rows[:3]]}), flush=True)
 
 
 if __name__ == "__main__":
