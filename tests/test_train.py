@@ -16,7 +16,8 @@ from polestar.errors import ConfigError
 from polestar.train.trainer import TrainConfig, export, train
 
 MICRO = dict(d_model=32, n_layers=2, n_heads=4, mlp_hidden=64, vocab_size=400, token_budget=768,
-             response_lengths=(48, 64), warmup=5, lr=3e-3, tokenizer_corpus=400, log_every=1, threads=2)
+             response_lengths=(48, 64), warmup=5, lr=3e-3, tokenizer_corpus=400, log_every=1, threads=2,
+             split_digits=True)
 
 
 @pytest.fixture(scope="module")
