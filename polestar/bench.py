@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import platform
 import subprocess
 import sys
@@ -109,10 +110,14 @@ def summarise(rows: list[dict[str, Any]], baseline: str = "baseline") -> list[di
     return table
 
 
+def _ratio(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.2f}×"  # no baseline in the run: no speed-up to show
+
+
 def markdown(table: list[dict[str, Any]], stamp: dict[str, Any]) -> str:
     head = "| suite | method | n | accuracy | TPF | tokens/step | NFE | TPS | speed-up |\n|---|---|---|---|---|---|---|---|---|"
     lines = [f"| {r['suite']} | {r['method']} | {r['n']} | {100 * r['accuracy']:.1f}% | {r['tpf']:.2f} | "
-             f"{r['tokens_per_step']:.2f} | {r['nfe']:.1f} | {r['tps']:.1f} | {r['speedup']:.2f}× |" for r in table]
+             f"{r['tokens_per_step']:.2f} | {r['nfe']:.1f} | {r['tps']:.1f} | {_ratio(r['speedup'])} |" for r in table]
     foot = (f"\nMachine: {stamp['device']} ({stamp['machine']}), torch {stamp['torch']}, git {stamp['git_sha']}, "
             f"{stamp['timestamp']}" + (f", weights sha256 {stamp['model']}…" if stamp.get("model") else "")
             + ". TPF = non-EOS tokens / NFE; TPS = non-EOS tokens / decode wall time.")

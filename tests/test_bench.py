@@ -31,6 +31,8 @@ def test_bench_rows_table_and_resume(tmp_path):
     base = next(r for r in table if r["method"] == "baseline")
     assert base["speedup"] == 1.0 and base["n"] == 2 and base["nfe"] == 16
     assert "| lists | fast-dllm | 2 |" in bench.markdown(table, again[0])
+    no_base = bench.markdown(bench.summarise([r for r in again if r["method"] == "fast-dllm"]), again[0])
+    assert no_base.splitlines()[2].endswith("| — |")  # without a baseline in the run there is no speed-up
 
 
 def test_resume_never_mixes_weights_and_refuses_an_old_csv(tmp_path):
