@@ -60,9 +60,10 @@ def run_bench(model, suites: list[str], n: int, configs: dict[str, DecodeConfig]
     methods = list(configs)
     config_json = {m: json.dumps(asdict(c), default=str) for m, c in configs.items()}
     weights = weights_fingerprint(getattr(model, "path", ""))[:16]
+    rows = []
     if out is not None and out.is_file():
         _check_resumable(out)
-    rows = [r for r in read_csv(out) if r["model"] == weights] if out is not None and out.is_file() else []
+        rows = [r for r in read_csv(out) if r["model"] == weights]
     done = {(r["suite"], int(r["example"]), r["method"], r["config"]) for r in rows}
     stamp = provenance() | {"model": weights}
     work = [(suite, i, ex) for suite in suites for i, ex in enumerate(tasks.make(suite, n, seed))]

@@ -28,7 +28,7 @@ def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length:
     for i, ex in enumerate(examples):
         ids = chat_prompt_ids(tok, ex.prompt)
         by_len[len(ids)].append((i, ids))
-    correct, steps, content_tokens, completions = 0, 0, 0, [""] * n
+    steps, content_tokens, completions = 0, 0, [""] * n
     t0 = time.perf_counter()
     for group in by_len.values():
         for k in range(0, len(group), batch):
@@ -41,11 +41,9 @@ def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length:
             for (i, _), row in zip(chunk, gen):
                 completions[i] = tok.decode(row, skip_special_tokens=True)
     wall = time.perf_counter() - t0
-    rows = []
-    for ex, text in zip(examples, completions):
-        ok = tasks.score(task, ex, text)
-        correct += ok
-        rows.append({"prompt": ex.prompt, "target": ex.target, "completion": text, "correct": bool(ok)})
+    rows = [{"prompt": ex.prompt, "target": ex.target, "completion": text, "correct": bool(tasks.score(task, ex, text))}
+            for ex, text in zip(examples, completions)]
+    correct = sum(r["correct"] for r in rows)
     return {"task": task, "n": n, "seed": seed, "threshold": threshold, "gen_length": gen_length,
             "block_length": block_length, "accuracy": correct / n, "tokens_per_step": n * gen_length / steps,
             "tpf": content_tokens / steps, "wall_s": round(wall, 1), "rows": rows}
