@@ -95,6 +95,7 @@ def decode(
     canvas = torch.cat([prompt_ids, masks], dim=1)
     generator = torch.Generator(device=device).manual_seed(cfg.seed) if cfg.temperature > 0 else None
     cache_policy = make_cache_policy(cfg, model)
+    cache_policy.traced = trace
     commit_policy = make_commit_policy(cfg)
     steps_per_block = cfg.total_steps // cfg.n_blocks
     record = Trace(prompt_len, cfg.gen_length, cfg.block_length) if trace else None

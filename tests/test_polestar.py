@@ -169,3 +169,39 @@ def test_profiling_sections_break_down_a_polestar_step(tiny):
     with profiling.section("outside"):
         pass
     assert "outside" not in times
+
+
+def test_untraced_decode_skips_only_trace_work(tiny, monkeypatch):
+    """Without a trace, steps that do not refresh skip the proxy attention (its only reader is the trace):
+    fewer proxy passes, the same tokens, commits and NFE as the traced decode."""
+    import polestar.caches.polestar as module
+
+    calls = []
+    original = module.proxy_drift
+    monkeypatch.setattr(module, "proxy_drift", lambda *a, **k: calls.append(1) or original(*a, **k))
+    ids = torch.tensor(PROMPT)
+    cfg = resolve("polestar", gen_length=32, block_length=8, tau_s=0.3, tau_upd=3)
+    traced = decode(tiny, ids, cfg, trace=True)
+    n_traced, calls[:] = len(calls), []
+    plain = decode(tiny, ids, cfg)
+    assert torch.equal(traced.canvas, plain.canvas) and traced.nfe == plain.nfe
+    assert any(e.kind == "block" and e.step > 0 for e in traced.trace.events)  # a step without refresh ran
+    assert len(calls) < n_traced
+
+
+def test_block_committed_at_entry_never_clusters(tiny, monkeypatch):
+    """The entry's clustering is deferred to the block's first later step: with τ_s = 0 every block is committed
+    whole by its entry forward and the deferred work never runs; with τ_s = 0.3 it runs exactly once for each
+    block that needs more steps."""
+    import polestar.caches.polestar as module
+
+    blocks = []
+    finish = module.PolestarCache._finish_entry
+    monkeypatch.setattr(module.PolestarCache, "_finish_entry",
+                        lambda self: blocks.append(self.pending.block) or finish(self))
+    ids = torch.tensor(PROMPT)
+    eager = decode(tiny, ids, resolve("polestar", gen_length=32, block_length=8, tau_s=0.0), trace=True)
+    assert blocks == [] and eager.nfe == 4  # four blocks, one forward each
+    stepped = decode(tiny, ids, resolve("polestar", gen_length=32, block_length=8, tau_s=0.3), trace=True)
+    multi = sorted({e.block for e in stepped.trace.events if e.step > 0})
+    assert multi and blocks == multi

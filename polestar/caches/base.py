@@ -46,6 +46,7 @@ class CachePolicy(ABC):
     def __init__(self, model, cfg: DecodeConfig) -> None:
         self.model, self.cfg = model, cfg
         self.cache: KVCache | None = None
+        self.traced = False  # set by the loop: when False, work whose only reader is the trace may be skipped
 
     def begin_block(self, view: StepView) -> None:
         pass

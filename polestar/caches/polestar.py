@@ -5,12 +5,17 @@ On top of Fast-dLLM's dual cache:
   (prefix `window_prefix`·B and suffix `window_suffix`·B around the block) ∪ the block, reusing every other
   K/V row. Then, per layer, the window's layer inputs are clustered (spherical k-means, prefix and suffix
   separately), stored as residuals against their centroids in `hidden_format`, and each centroid's
-  content-only proxy attention is kept as the drift reference.
+  content-only proxy attention is kept as the drift reference. That work is only read by the block's later
+  steps, so it is deferred to the first of them: a block the entry forward commits whole (an EOS tail) never
+  pays for it. Nothing writes the cache in between, so the deferred work sees exactly the entry's state; the
+  k-means seeding is drawn from `seed` + block, so it does not depend on which earlier blocks clustered.
 - Each step: the block runs against the cache as in the dual cache. Per layer, the centroids' proxy attention
   gives a per-cluster KL drift. On a refresh step (the τ_upd gate), the top-k drifting clusters' members are
   recomputed at that layer from their cached inputs: their outputs form the update packet that the next layer
   consumes first (cached inputs rewritten, K/V rows recomputed, centroids shifted to stay the mean). The final
-  layer's packet gives logits for suffix positions (Polestar-Commit's suffix commit).
+  layer's packet gives logits for suffix positions (Polestar-Commit's suffix commit). On a step that does
+  not refresh, the cluster drift is read only by the trace (with the default `last_refresh` reference), so an
+  untraced decode skips it; the tokens are the same either way.
 - At the final layer, the block queries' attention is compared with the previous forward's: token drift δ,
   and Δ = δ − mean of the last `history` drift vectors, for the early commit rule.
 """
@@ -27,6 +32,18 @@ from polestar.caches.base import CachePolicy, Pass, StepView
 from polestar.clustering import proxy_drift, spherical_kmeans, split_counts
 from polestar.config import DriftReference, EntrySchedule
 from polestar.quant import RowStore, get_format
+
+
+@dataclass
+class _PendingEntry:
+    """What the block entry leaves for its first later step: the window's layer inputs and the block rows'
+    final-layer inputs (the cache is untouched until then)."""
+
+    block: int
+    block_start: int
+    window: torch.Tensor  # [n] window positions
+    window_inputs: list[torch.Tensor]  # per layer [n, d]: the window rows' layer inputs
+    block_inputs: torch.Tensor  # [1, rows, d]: final-layer inputs of the block rows (token-drift reference)
 
 
 @dataclass
@@ -47,6 +64,7 @@ class PolestarCache(CachePolicy):
         self.fmt = get_format(cfg.hidden_format, cfg.impl)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.windows: list[LayerWindow] | None = None
+        self.pending: _PendingEntry | None = None  # the block entry's deferred work
         self.prev_attn: torch.Tensor | None = None  # final-layer attention of the block rows [1, H, rows, L]
         self.history: list[torch.Tensor] = []
         self.since_refresh = 0
@@ -89,18 +107,27 @@ class PolestarCache(CachePolicy):
                 result, out = self.full_pass(view, output_hidden_states=True)
                 inputs = out.hidden_states
                 index_of = lambda pos: pos  # noqa: E731
-        self.windows = None  # a window of the previous block must never serve this one
-        if self.cfg.polestar_cache and len(window):
-            with profiling.section("entry: cluster + quantize + reference"):
-                self.windows = [self._cluster(index, inputs[index][0, index_of(window)], window, view.block_start)
-                                for index in range(model.spec.n_layers)]
-        last = model.spec.n_layers - 1
+        self.windows, self.prev_attn = None, None  # the previous block's state must never serve this one
         self.block_rows = self.with_predictors(block)
+        window_index = index_of(window)
+        self.pending = _PendingEntry(
+            block=view.block, block_start=view.block_start, window=window,
+            window_inputs=[inputs[index][0, window_index] for index in range(model.spec.n_layers)],
+            block_inputs=inputs[model.spec.n_layers - 1][:, index_of(self.block_rows)])
+        return result
+
+    def _finish_entry(self) -> None:
+        """The block entry's deferred work, run by the block's first later step before anything else."""
+        entry, self.pending = self.pending, None
+        if self.cfg.polestar_cache and len(entry.window):
+            with profiling.section("entry: cluster + quantize + reference"):
+                self.generator.manual_seed(self.cfg.seed + entry.block)
+                self.windows = [self._cluster(index, h, entry.window, entry.block_start)
+                                for index, h in enumerate(entry.window_inputs)]
         if self.cfg.current_commit:
             with profiling.section("entry: token-drift reference"):
-                rows_in = inputs[last][:, index_of(self.block_rows)]
-                self.prev_attn = model.attention_probs(last, rows_in, self.block_rows, self.cache)
-        return result
+                last = self.model.spec.n_layers - 1
+                self.prev_attn = self.model.attention_probs(last, entry.block_inputs, self.block_rows, self.cache)
 
     def _rows_with_inputs(self, canvas: torch.Tensor, rows: torch.Tensor):
         h = self.model.embed(canvas[:, rows])
@@ -143,9 +170,12 @@ class PolestarCache(CachePolicy):
         return self.last_step_commits >= tau - 1 or self.since_refresh >= tau
 
     def _step(self, view: StepView) -> Pass:
+        if self.pending is not None:
+            self._finish_entry()
         model, cfg, canvas = self.model, self.cfg, view.canvas
         rows = self.block_rows
         refresh = self._refresh_now()
+        drift_read = refresh or self.traced or cfg.drift_reference == DriftReference.PREVIOUS_STEP
         n_layers = model.spec.n_layers
         h = model.embed(canvas[:, rows])
         packet = None
@@ -159,7 +189,7 @@ class PolestarCache(CachePolicy):
                 out = model.layer(index, h, rows, self.cache,
                                   need_attn=cfg.current_commit and index == n_layers - 1)
             h = out.hidden
-            if win is None:
+            if win is None or not drift_read:
                 continue
             with profiling.section("step: proxy attention + drift"):
                 now, drift = self._cluster_drift(index, win, overlap=not refresh)
