@@ -69,9 +69,9 @@ def proxy_drift(model, layer: int, centroids: torch.Tensor, cache, reference: to
     (block entry) the drift is against the uniform distribution and meaningless."""
     from kernels.proxy_kl import proxy_attention_kl
 
-    q, _, _ = model.project_qkv(layer, centroids.to(model.dtype).unsqueeze(0))  # [1, H, K, hd]
+    q = model.project_q(layer, centroids.to(model.dtype).unsqueeze(0))  # [1, H, K, hd]
     k, _ = cache.layer(layer)
-    k = model.rope.apply(k, torch.arange(cache.length, device=k.device), inverse=True)
+    k = model.rope.apply(k, cache.positions, inverse=True)
     if reference is None:
         reference = torch.full((q.shape[2], q.shape[1], cache.length), 1.0 / max(1, cache.length),
                                device=q.device)

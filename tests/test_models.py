@@ -129,6 +129,26 @@ def test_partial_forward_against_cache_equals_full_forward(case):
     torch.testing.assert_close(logits, full.logits[:, block], rtol=0, atol=0)
 
 
+def test_rotary_reuses_angles_only_for_the_same_unchanged_positions():
+    """The table keeps the angles of the last positions tensor; an in-place change of that tensor, or another
+    tensor, is rotated at its own positions, and inverse ∘ forward is the identity up to the
+    fp32 table's rounding."""
+    from polestar.models.rope import RotaryTable
+
+    table = RotaryTable(8, 10000.0, 16, in_fp32=True)
+    x = torch.randn(1, 2, 4, 8, dtype=torch.float64)
+    positions = torch.tensor([0, 3, 5, 9])
+    first = table.apply(x, positions)
+    positions += 1
+    moved = table.apply(x, positions)
+    assert torch.equal(moved, table.apply(x, torch.tensor([1, 4, 6, 10])))
+    assert not torch.equal(first, moved)
+    # the angle table is fp32: cos² + sin² = 1 within a few units of 2^-24, applied to two terms per component
+    atol = 8 * 2.0 ** -24 * float(x.abs().max())
+    torch.testing.assert_close(table.apply(moved, positions, inverse=True), x, rtol=0, atol=atol)
+    assert torch.equal(table.apply(x, torch.tensor([0, 0, 0, 0])), x)  # angle 0: cos 1, sin 0
+
+
 def test_model_identity(case):
     family, root = case
     model = polestar.load_model(root)

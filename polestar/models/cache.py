@@ -29,6 +29,7 @@ class KVCache:
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.key_padding: torch.Tensor | None = None
+        self.positions = torch.arange(length, device=device)  # every row's position (one tensor: rotary reuse)
 
     @property
     def length(self) -> int:

@@ -10,44 +10,63 @@ import torch
 
 
 class RotaryTable:
-    """cos/sin of `position * inv_freq`, inv_freq_j = theta^(-2j/head_dim); shapes [positions, head_dim]."""
+    """cos/sin of `position * inv_freq`, inv_freq_j = theta^(-2j/head_dim); shapes [positions, head_dim].
+
+    Rotate-half is written as a swap of the two halves times a sign-folded sine: rotate_half(x)·sin =
+    swap(x)·[−sin₁, sin₂], bit-identical ((−a)·b = a·(−b) exactly) in one copy instead of four ops. The angles of
+    the last few positions tensors are kept: a forward rotates q and k of every layer at the same positions (and
+    Polestar's proxy attention rotates the whole cache back at `KVCache.positions`).
+    """
+
+    _KEEP = 4  # positions tensors whose angles are kept
 
     def __init__(self, head_dim: int, theta: float, max_positions: int, in_fp32: bool) -> None:
         self.head_dim = head_dim
         self.theta = theta
         self.in_fp32 = in_fp32
-        self._cos, self._sin = self._build(max_positions)
-        self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._tables_cpu = self._build(max_positions)
+        self._on_device: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+        # recent (positions, its version, device, dtype, (cos, sin, inverse sin) rows); holding `positions`
+        # keeps it alive, so an identity match can never be a new tensor at a reused address
+        self._recent: list[tuple] = []
 
-    def _build(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _build(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """cos, the sign-folded sine of a forward rotation, and that of the inverse rotation, [n, head_dim]."""
         inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32, device="cpu") / self.head_dim))
         angles = torch.outer(torch.arange(n, dtype=torch.float32, device="cpu"), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)
-        return angles.cos(), angles.sin()
+        cos, sin = angles.cos(), angles.sin()
+        sign = torch.ones(self.head_dim, device="cpu")
+        sign[: self.head_dim // 2] = -1.0
+        return cos, sin * sign, -sin * sign
 
-    def _tables(self, device: torch.device, needed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if needed > self._cos.shape[0]:
-            self._cos, self._sin = self._build(max(needed, 2 * self._cos.shape[0]))
+    def _tables(self, device: torch.device, needed: int) -> tuple[torch.Tensor, ...]:
+        if needed > self._tables_cpu[0].shape[0]:
+            self._tables_cpu = self._build(max(needed, 2 * self._tables_cpu[0].shape[0]))
             self._on_device.clear()
         if device not in self._on_device:
-            self._on_device[device] = (self._cos.to(device), self._sin.to(device))
+            self._on_device[device] = tuple(t.to(device) for t in self._tables_cpu)
         return self._on_device[device]
+
+    def _rows(self, positions: torch.Tensor, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        for entry in self._recent:
+            if entry[0] is positions and entry[1:4] == (positions._version, device, dtype):
+                return entry[4]
+        n_needed = int(positions.max()) + 1 if positions.numel() else 0
+        rows = tuple(t[positions].to(dtype) for t in self._tables(device, n_needed))
+        self._recent = [(positions, positions._version, device, dtype, rows)] + self._recent[: self._KEEP - 1]
+        return rows
 
     def apply(self, x: torch.Tensor, positions: torch.Tensor, inverse: bool = False) -> torch.Tensor:
         """Rotate `x` [batch, heads, n, head_dim] by the angles of `positions` [n] (absolute indices);
         `inverse` rotates back (recovers content-only vectors from rotated ones, up to rounding)."""
-        n_needed = int(positions.max()) + 1 if positions.numel() else 0
-        cos, sin = self._tables(x.device, n_needed)
-        cos, sin = cos[positions], sin[positions]
-        if inverse:
-            sin = -sin
-        if self.in_fp32:
-            xf = x.to(torch.promote_types(x.dtype, torch.float32))
-            return (xf * cos + _rotate_half(xf) * sin).to(x.dtype)
-        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-        return x * cos + _rotate_half(x) * sin
+        dtype = torch.promote_types(x.dtype, torch.float32) if self.in_fp32 else x.dtype
+        cos, sin, sin_inverse = self._rows(positions, x.device, dtype)
+        xc = x.to(dtype)
+        return (xc * cos + _swap_halves(xc) * (sin_inverse if inverse else sin)).to(x.dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def _swap_halves(x: torch.Tensor) -> torch.Tensor:
+    """[x₁, x₂] -> [x₂, x₁] along the last dimension."""
     half = x.shape[-1] // 2
-    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x.unflatten(-1, (2, half)).flip(-2).flatten(-2)

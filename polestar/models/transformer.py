@@ -169,13 +169,19 @@ class Transformer(nn.Module):
         """Attention probabilities [batch, n_heads, n, length] (≥ fp32) of queries from layer inputs `h`
         [batch, n, d] over every cached row of layer `index`, without writing anything. With `rotary` off,
         queries and keys are content only (no position): Polestar's proxy attention."""
-        q, _, _ = self.project_qkv(index, h)
+        q = self.project_q(index, h)
         k, v = cache.layer(index)
         if rotary:
             q = self.rope.apply(q, positions)
         else:
-            k = self.rope.apply(k, torch.arange(cache.length, device=h.device), inverse=True)
+            k = self.rope.apply(k, cache.positions, inverse=True)
         return self.attend(q, k, v, cache.key_padding, need_attn=True)[1]
+
+    def project_q(self, index: int, h: torch.Tensor) -> torch.Tensor:
+        """Normed query projection of `h` [batch, n, d] alone: [b, heads, n, hd] (Polestar's proxy queries)."""
+        block, s = self.layers[index], self.spec
+        b, n = h.shape[:2]
+        return block.wq(block.attn_norm(h)).view(b, n, s.n_heads, s.head_dim).transpose(1, 2)
 
     def project_qkv(self, index: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Normed projections of `h` [batch, n, d]: q [b, heads, n, hd], k and v [b, kv_heads, n, hd]."""
