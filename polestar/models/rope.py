@@ -32,7 +32,8 @@ class RotaryTable:
 
     def _build(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """cos, the sign-folded sine of a forward rotation, and that of the inverse rotation, [n, head_dim]."""
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32, device="cpu") / self.head_dim))
+        even = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device="cpu")
+        inv_freq = 1.0 / (self.theta ** (even / self.head_dim))
         angles = torch.outer(torch.arange(n, dtype=torch.float32, device="cpu"), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)
         cos, sin = angles.cos(), angles.sin()
