@@ -52,6 +52,24 @@ def test_resume_never_mixes_weights_and_refuses_an_old_csv(tmp_path):
         bench.run_bench(first, ["lists"], 1, configs, 0, progress=False, out=old)
 
 
+def test_table_plot_reads_only_the_served_weights(tmp_path):
+    """A paper-table CSV holding rows of two weights is summarised for the given model's weights only; weights
+    with no rows get a BenchError that says to run `compute`."""
+    from analysis.tables import plot
+
+    out = tmp_path / "results" / "mixed_g16.csv"
+    configs = bench.configs_for(["baseline", "fast-dllm"], SMALL)
+    paths = [write_checkpoint(tmp_path / name, "llada", seed=seed) for name, seed in (("a", 0), ("b", 1), ("c", 2))]
+    bench.run_bench(polestar.load_model(paths[0]), ["lists"], 2, configs, 0, progress=False, out=out)
+    bench.run_bench(polestar.load_model(paths[1]), ["lists"], 1, configs, 0, progress=False, out=out)
+    md = plot("mixed_g16", "baseline", "mixed", "cmd", str(paths[0]), root=tmp_path).read_text()
+    assert "| lists | baseline | 2 |" in md and "| lists | fast-dllm | 2 |" in md
+    md = plot("mixed_g16", "baseline", "mixed", "cmd", str(paths[1]), root=tmp_path).read_text()
+    assert "| lists | baseline | 1 |" in md
+    with pytest.raises(bench.BenchError, match="compute"):
+        plot("mixed_g16", "baseline", "mixed", "cmd", str(paths[2]), root=tmp_path)
+
+
 def test_cli_bench_json(tmp_path):
     root = write_checkpoint(tmp_path / "m", "dream")
     proc = subprocess.run(
