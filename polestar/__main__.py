@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--methods", default=",".join(PRESETS), help="comma-separated presets")
     bench.add_argument("--out", type=Path, default=None, help="per-example CSV (appended; a rerun resumes)")
     bench.add_argument("--table-out", type=Path, default=None, help="markdown table")
+    bench.add_argument("--table-only", action="store_true",
+                       help="decode nothing: the table of the rows already in --out (a partial bench)")
     bench.add_argument("--json", action="store_true", help="last stdout line: the summary as JSON")
     for p in (gen, bench):
         p.add_argument("--dtype", default=None, help="weights dtype (default: the checkpoint's)")
@@ -94,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
         polestar.tasks.make(s, 0)
     model = polestar.load_model(args.model, dtype=args.dtype, device=args.device)
     rows = bench.run_bench(model, suites, args.n, bench.configs_for(methods, overrides),
-                           args.seed if args.seed is not None else 0, out=args.out)
+                           args.seed if args.seed is not None else 0, out=args.out, decode=not args.table_only)
     table = bench.summarise(rows)
     text = bench.markdown(table, rows[0])
     print(text)

@@ -51,10 +51,11 @@ def configs_for(methods: list[str], overrides: dict[str, Any]) -> dict[str, Deco
 
 
 def run_bench(model, suites: list[str], n: int, configs: dict[str, DecodeConfig], seed: int,
-              progress: bool = True, out: Path | None = None) -> list[dict[str, Any]]:
+              progress: bool = True, out: Path | None = None, decode: bool = True) -> list[dict[str, Any]]:
     """Decode every example with every labelled config. With `out`, rows are appended to that CSV as they
     finish and (suite, example, label, config) rows of the same weights already in it are skipped: an interrupted
-    bench resumes, and a bench of other weights never mixes with them."""
+    bench resumes, and a bench of other weights never mixes with them. `decode=False` decodes nothing and returns
+    the rows `out` already holds (the table of a partial bench)."""
     from polestar.models.loader import weights_fingerprint
 
     methods = list(configs)
@@ -68,6 +69,10 @@ def run_bench(model, suites: list[str], n: int, configs: dict[str, DecodeConfig]
     stamp = provenance() | {"model": weights}
     work = [(suite, i, ex) for suite in suites for i, ex in enumerate(tasks.make(suite, n, seed))]
     todo = [(s, i, ex, m) for s, i, ex in work for m in methods if (s, i, m, config_json[m]) not in done]
+    if not decode:
+        if out is None:
+            raise BenchError("a table without decoding reads the rows of an earlier bench: pass its --out CSV")
+        todo = []
     if todo:
         for m in dict.fromkeys(m for *_, m in todo):  # warm-up, excluded
             generate(model, "Copy the list: 1 2 3 4", configs[m])
@@ -83,7 +88,11 @@ def run_bench(model, suites: list[str], n: int, configs: dict[str, DecodeConfig]
         bar.update(1)
     bar.close()
     wanted = {(s, i, m, config_json[m]) for s, i, _ in work for m in methods}
-    return [r for r in rows if (r["suite"], int(r["example"]), r["method"], r["config"]) in wanted]
+    rows = [r for r in rows if (r["suite"], int(r["example"]), r["method"], r["config"]) in wanted]
+    if not rows and not decode:
+        raise BenchError(f"{out} holds no rows of these weights, suites and configs: run the bench without "
+                         "--table-only first")
+    return rows
 
 
 def _progress(total: int, enabled: bool):

@@ -33,6 +33,11 @@ def test_bench_rows_table_and_resume(tmp_path):
     assert "| lists | fast-dllm | 2 |" in bench.markdown(table, again[0])
     no_base = bench.markdown(bench.summarise([r for r in again if r["method"] == "fast-dllm"]), again[0])
     assert no_base.splitlines()[2].endswith("| — |")  # without a baseline in the run there is no speed-up
+    partial = bench.run_bench(model, ["lists"], 3, configs, 0, progress=False, out=out, decode=False)
+    assert out.read_text().splitlines() == stamp and len(partial) == 4  # the table of the 2 examples there
+    with pytest.raises(bench.BenchError, match="--table-only"):
+        bench.run_bench(model, ["lists"], 3, bench.configs_for(["parallel"], SMALL), 0, progress=False, out=out,
+                        decode=False)
 
 
 def test_resume_never_mixes_weights_and_refuses_an_old_csv(tmp_path):
