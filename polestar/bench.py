@@ -125,7 +125,8 @@ def _ratio(x: float) -> str:
 
 
 def markdown(table: list[dict[str, Any]], stamp: dict[str, Any]) -> str:
-    head = "| suite | method | n | accuracy | TPF | tokens/step | NFE | TPS | speed-up |\n|---|---|---|---|---|---|---|---|---|"
+    head = ("| suite | method | n | accuracy | TPF | tokens/step | NFE | TPS | speed-up |\n"
+            "|---|---|---|---|---|---|---|---|---|")
     lines = [f"| {r['suite']} | {r['method']} | {r['n']} | {100 * r['accuracy']:.1f}% | {r['tpf']:.2f} | "
              f"{r['tokens_per_step']:.2f} | {r['nfe']:.1f} | {r['tps']:.1f} | {_ratio(r['speedup'])} |" for r in table]
     foot = (f"\nMachine: {stamp['device']} ({stamp['machine']}), torch {stamp['torch']}, git {stamp['git_sha']}, "
