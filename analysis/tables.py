@@ -33,10 +33,9 @@ def plot(table: str, baseline: str, title: str, command: str, model_path: str, r
     from plotly.subplots import make_subplots
 
     from polestar import bench
-    from polestar.models.loader import weights_fingerprint
 
-    weights = weights_fingerprint(model_path)[:16]
-    rows = [r for r in bench.read_csv(root / "results" / f"{table}.csv") if r["model"] == weights]
+    weights = bench.weights_key(model_path)
+    rows = bench.read_csv(root / "results" / f"{table}.csv", weights)
     if not rows:
         raise bench.BenchError(f"results/{table}.csv has no rows decoded with the weights of {model_path} "
                                f"(sha256 {weights}…): run the `compute` step first")

@@ -56,22 +56,20 @@ def run_bench(model, suites: list[str], n: int, configs: dict[str, DecodeConfig]
     finish and (suite, example, label, config) rows of the same weights already in it are skipped: an interrupted
     bench resumes, and a bench of other weights never mixes with them. `decode=False` decodes nothing and returns
     the rows `out` already holds (the table of a partial bench)."""
-    from polestar.models.loader import weights_fingerprint
-
+    if not decode and out is None:
+        raise BenchError("a table without decoding reads the rows of an earlier bench: pass its --out CSV")
     methods = list(configs)
     config_json = {m: json.dumps(asdict(c), default=str) for m, c in configs.items()}
-    weights = weights_fingerprint(getattr(model, "path", ""))[:16]
+    weights = weights_key(getattr(model, "path", ""))
     rows = []
     if out is not None and out.is_file():
         _check_resumable(out)
-        rows = [r for r in read_csv(out) if r["model"] == weights]
+        rows = read_csv(out, weights)
     done = {(r["suite"], int(r["example"]), r["method"], r["config"]) for r in rows}
     stamp = provenance() | {"model": weights}
     work = [(suite, i, ex) for suite in suites for i, ex in enumerate(tasks.make(suite, n, seed))]
     todo = [(s, i, ex, m) for s, i, ex in work for m in methods if (s, i, m, config_json[m]) not in done]
     if not decode:
-        if out is None:
-            raise BenchError("a table without decoding reads the rows of an earlier bench: pass its --out CSV")
         todo = []
     if todo:
         for m in dict.fromkeys(m for *_, m in todo):  # warm-up, excluded
@@ -149,7 +147,15 @@ def append_csv(row: dict[str, Any], path: Path) -> None:
         writer.writerow(row)
 
 
-def read_csv(path: Path) -> list[dict[str, Any]]:
+def weights_key(model_path: str | Path) -> str:
+    """The weights' identity in a bench row: the first 16 hex digits of their sha256."""
+    from polestar.models.loader import weights_fingerprint
+
+    return weights_fingerprint(model_path)[:16]
+
+
+def read_csv(path: Path, weights: str | None = None) -> list[dict[str, Any]]:
+    """A bench CSV's rows, typed; with `weights` (a `weights_key`) only the rows of those weights."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     for r in rows:
@@ -157,7 +163,7 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
         r["nfe"], r["content_tokens"] = int(r["nfe"]), int(r["content_tokens"])
         r["tokens_per_step"], r["wall_s"] = float(r["tokens_per_step"]), float(r["wall_s"])
         r.setdefault("model", "")  # rows of a bench older than the column
-    return rows
+    return rows if weights is None else [r for r in rows if r["model"] == weights]
 
 
 def _check_resumable(path: Path) -> None:
