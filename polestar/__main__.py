@@ -97,8 +97,8 @@ def _run(args: argparse.Namespace) -> int:
     model = polestar.load_model(args.model, dtype=args.dtype, device=args.device)
     rows = bench.run_bench(model, suites, args.n, bench.configs_for(methods, overrides),
                            args.seed if args.seed is not None else 0, out=args.out, decode=not args.table_only)
-    table = bench.summarise(rows)
-    text = bench.markdown(table, rows[0])
+    table = bench.summarise(rows, methods=methods)
+    text = bench.markdown(table, rows)
     print(text)
     if args.table_out:
         args.table_out.parent.mkdir(parents=True, exist_ok=True)

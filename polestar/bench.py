@@ -99,12 +99,16 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, disable=not enabled, file=sys.stderr, desc="bench", unit="decode")
 
 
-def summarise(rows: list[dict[str, Any]], baseline: str = "baseline") -> list[dict[str, Any]]:
-    """Per suite × method: accuracy, TPF, tokens/step, TPS and speed-up over `baseline` (same run)."""
+def summarise(rows: list[dict[str, Any]], baseline: str = "baseline",
+              methods: list[str] | None = None) -> list[dict[str, Any]]:
+    """Per suite × method: accuracy, TPF, tokens/step, TPS and speed-up over `baseline` (same run). Methods come in
+    the order of `methods` when given (a resumed CSV holds them in the order they were run), else as they appear."""
     table = []
+    present = dict.fromkeys(r["method"] for r in rows)
+    order = [m for m in methods if m in present] if methods else list(present)
     for suite in dict.fromkeys(r["suite"] for r in rows):
         per = {}
-        for m in dict.fromkeys(r["method"] for r in rows):
+        for m in order:
             sel = [r for r in rows if r["suite"] == suite and r["method"] == m]
             tokens, nfe, wall = (sum(r[k] for r in sel) for k in ("content_tokens", "nfe", "wall_s"))
             per[m] = {"suite": suite, "method": m, "n": len(sel),
@@ -122,13 +126,19 @@ def _ratio(x: float) -> str:
     return "—" if math.isnan(x) else f"{x:.2f}×"  # no baseline in the run: no speed-up to show
 
 
-def markdown(table: list[dict[str, Any]], stamp: dict[str, Any]) -> str:
+def markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+    """The summary table and a footer naming where its rows come from: a resumed bench (several invocations on
+    one CSV) lists every git commit and the span of its timestamps."""
+    stamp = rows[0]
+    shas = ", ".join(dict.fromkeys(r["git_sha"] for r in rows))
+    times = sorted(r["timestamp"] for r in rows)
+    when = times[0] if times[0] == times[-1] else f"{times[0]} to {times[-1]}"
     head = ("| suite | method | n | accuracy | TPF | tokens/step | NFE | TPS | speed-up |\n"
             "|---|---|---|---|---|---|---|---|---|")
     lines = [f"| {r['suite']} | {r['method']} | {r['n']} | {100 * r['accuracy']:.1f}% | {r['tpf']:.2f} | "
              f"{r['tokens_per_step']:.2f} | {r['nfe']:.1f} | {r['tps']:.1f} | {_ratio(r['speedup'])} |" for r in table]
-    foot = (f"\nMachine: {stamp['device']} ({stamp['machine']}), torch {stamp['torch']}, git {stamp['git_sha']}, "
-            f"{stamp['timestamp']}" + (f", weights sha256 {stamp['model']}…" if stamp.get("model") else "")
+    foot = (f"\nMachine: {stamp['device']} ({stamp['machine']}), torch {stamp['torch']}, git {shas}, "
+            f"{when}" + (f", weights sha256 {stamp['model']}…" if stamp.get("model") else "")
             + ". TPF = non-EOS tokens / NFE; TPS = non-EOS tokens / decode wall time.")
     return "\n".join([head, *lines]) + "\n" + foot + "\n"
 

@@ -30,8 +30,14 @@ def test_bench_rows_table_and_resume(tmp_path):
     table = bench.summarise(again)
     base = next(r for r in table if r["method"] == "baseline")
     assert base["speedup"] == 1.0 and base["n"] == 2 and base["nfe"] == 16
-    assert "| lists | fast-dllm | 2 |" in bench.markdown(table, again[0])
-    no_base = bench.markdown(bench.summarise([r for r in again if r["method"] == "fast-dllm"]), again[0])
+    text = bench.markdown(table, again)
+    assert "| lists | fast-dllm | 2 |" in text and f"git {rows[0]['git_sha']}, {rows[0]['timestamp']}" in text
+    resumed = again[:2] + [r | {"git_sha": "abc1234", "timestamp": "2999-01-01T00:00:00Z"} for r in again[2:]]
+    assert f"git {rows[0]['git_sha']}, abc1234, {rows[0]['timestamp']} to 2999-01-01T00:00:00Z" in bench.markdown(
+        bench.summarise(resumed), resumed)  # a resumed bench names every invocation
+    assert [r["method"] for r in bench.summarise(again, methods=["fast-dllm", "baseline"])] == ["fast-dllm",
+                                                                                               "baseline"]
+    no_base = bench.markdown(bench.summarise([r for r in again if r["method"] == "fast-dllm"]), again)
     assert no_base.splitlines()[2].endswith("| — |")  # without a baseline in the run there is no speed-up
     partial = bench.run_bench(model, ["lists"], 3, configs, 0, progress=False, out=out, decode=False)
     assert out.read_text().splitlines() == stamp and len(partial) == 4  # the table of the 2 examples there
