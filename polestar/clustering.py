@@ -31,28 +31,41 @@ def split_counts(k: int, n_prefix: int, n_suffix: int) -> tuple[int, int]:
 
 
 def spherical_kmeans(x: torch.Tensor, k: int, iters: int, generator: torch.Generator) -> Clusters:
-    """Assign by cosine similarity to L2-normalised centroids; centroid = mean of its (raw) members.
-    Initialisation: a seeded random member, then farthest-point seeding (the member least similar to every
-    chosen seed), which avoids two seeds in one cluster; an emptied cluster keeps its centroid."""
+    """Spherical k-means of x [n, d] (see `spherical_kmeans_batched`); the first seed is drawn from `generator`."""
+    first = torch.randint(x.shape[0], (1,), generator=generator)
+    labels, centroids, counts = spherical_kmeans_batched(x.unsqueeze(0), k, iters, first.to(x.device))
+    return Clusters(labels=labels[0], centroids=centroids[0], counts=counts[0])
+
+
+def spherical_kmeans_batched(x: torch.Tensor, k: int, iters: int, first: torch.Tensor):
+    """Independent spherical k-means of each of B sets x [B, n, d] (Polestar clusters every layer's window at
+    once), in fp32. Assign by cosine similarity to L2-normalised centroids; centroid = mean of its (raw) members.
+    Initialisation: member `first[b]`, then farthest-point seeding (the member least similar to every chosen
+    seed), which avoids two seeds in one cluster; an emptied cluster keeps its centroid.
+    Returns labels [B, n], centroids [B, k', d] and counts [B, k'], k' = min(k, n)."""
     x = x.float()
-    n = x.shape[0]
+    batch, n, _ = x.shape
     k = min(k, n)
+    sets = torch.arange(batch, device=x.device)
     unit = torch.nn.functional.normalize(x, dim=-1)
-    seeds = [int(torch.randint(n, (1,), generator=generator))]
-    closest = unit @ unit[seeds[0]]
+    seeds = [first]
+    closest = (unit @ unit[sets, first].unsqueeze(-1)).squeeze(-1)  # [B, n]: similarity to the nearest seed
     for _ in range(1, k):
-        seeds.append(int(closest.argmin()))
-        closest = torch.maximum(closest, unit @ unit[seeds[-1]])
-    centroids = x[seeds].clone()
-    labels = torch.zeros(n, dtype=torch.long, device=x.device)
+        seeds.append(closest.argmin(dim=-1))
+        closest = torch.maximum(closest, (unit @ unit[sets, seeds[-1]].unsqueeze(-1)).squeeze(-1))
+    centroids = x[sets.unsqueeze(-1), torch.stack(seeds, dim=-1)]  # [B, k, d]
+    offsets = (sets * k).unsqueeze(-1)  # labels of set b index rows b·k … b·k + k − 1 of the flattened centroids
+    labels = torch.zeros(batch, n, dtype=torch.long, device=x.device)
     for _ in range(iters):
-        labels = (unit @ torch.nn.functional.normalize(centroids, dim=-1).T).argmax(dim=-1)
-        sums = torch.zeros_like(centroids).index_add_(0, labels, x)
-        counts = torch.bincount(labels, minlength=k)
+        labels = (unit @ torch.nn.functional.normalize(centroids, dim=-1).transpose(1, 2)).argmax(dim=-1)
+        flat = (labels + offsets).flatten()
+        sums = torch.zeros(batch * k, x.shape[-1], device=x.device).index_add_(0, flat, x.reshape(-1, x.shape[-1]))
+        counts = torch.bincount(flat, minlength=batch * k).view(batch, k)
         filled = counts > 0
-        centroids[filled] = sums[filled] / counts[filled].unsqueeze(-1)
-    counts = torch.bincount(labels, minlength=k)
-    return Clusters(labels=labels, centroids=centroids, counts=counts)
+        centroids = torch.where(filled.unsqueeze(-1), sums.view(batch, k, -1) / counts.clamp_min(1).unsqueeze(-1),
+                                centroids)
+    counts = torch.bincount((labels + offsets).flatten(), minlength=batch * k).view(batch, k)
+    return labels, centroids, counts
 
 
 def kl_drift(now: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:

@@ -128,7 +128,8 @@ class DecodeConfig:
         for name in ("top_k", "top_k_last_layer"):
             if getattr(self, name) > self.n_centroids:
                 raise ConfigError(
-                    f"{name}={getattr(self, name)} exceeds n_centroids={self.n_centroids}: refresh at most every cluster"
+                    f"{name}={getattr(self, name)} exceeds n_centroids={self.n_centroids}: "
+                    "refresh at most every cluster"
                 )
         if self.gen_length % self.block_length:
             raise ConfigError(

@@ -8,7 +8,7 @@ import torch
 
 import polestar
 from polestar.caches.polestar import PolestarCache
-from polestar.clustering import kl_drift, spherical_kmeans, split_counts
+from polestar.clustering import kl_drift, spherical_kmeans, spherical_kmeans_batched, split_counts
 from polestar.config import resolve
 from polestar.decode import _suffix_commits, decode
 from polestar.policies.commit import DriftCommitPolicy
@@ -127,6 +127,15 @@ def test_split_counts_and_kmeans():
     assert sorted(c.counts.tolist()) == [10, 10, 10]
     for k in range(3):
         torch.testing.assert_close(c.centroids[k], x[c.labels == k].mean(0))
+    # batched (every layer's window at once): each set clusters exactly as it does alone from the same first seed
+    sets = torch.stack([x, x.flip(0), 2 * x[torch.randperm(30, generator=g)]])
+    first = torch.tensor([0, 7, 29])
+    labels, centroids, counts = spherical_kmeans_batched(sets, 3, 5, first)
+    for b in range(3):
+        alone = spherical_kmeans_batched(sets[b:b + 1], 3, 5, first[b:b + 1])
+        assert torch.equal(labels[b], alone[0][0]) and torch.equal(counts[b], alone[2][0])
+        torch.testing.assert_close(centroids[b], alone[1][0])
+        assert sorted(counts[b].tolist()) == [10, 10, 10]
 
 
 def test_kl_drift_properties():

@@ -29,7 +29,7 @@ import torch
 from kernels.token_kl import token_drift_kl
 from polestar import profiling
 from polestar.caches.base import CachePolicy, Pass, StepView
-from polestar.clustering import proxy_drift, spherical_kmeans, split_counts
+from polestar.clustering import proxy_drift, spherical_kmeans_batched, split_counts
 from polestar.config import DriftReference, EntrySchedule
 from polestar.quant import RowStore, get_format
 
@@ -122,8 +122,7 @@ class PolestarCache(CachePolicy):
         if self.cfg.polestar_cache and len(entry.window):
             with profiling.section("entry: cluster + quantize + reference"):
                 self.generator.manual_seed(self.cfg.seed + entry.block)
-                self.windows = [self._cluster(index, h, entry.window, entry.block_start)
-                                for index, h in enumerate(entry.window_inputs)]
+                self.windows = self._cluster(entry)
         if self.cfg.current_commit:
             with profiling.section("entry: token-drift reference"):
                 last = self.model.spec.n_layers - 1
@@ -137,25 +136,35 @@ class PolestarCache(CachePolicy):
             h = self.model.layer(index, h, rows, self.cache).hidden
         return inputs, h
 
-    def _cluster(self, layer: int, h: torch.Tensor, positions: torch.Tensor, block_start: int) -> LayerWindow:
-        """Spherical k-means over the prefix and the suffix separately, then quantize the members."""
-        is_prefix = positions < block_start
+    def _cluster(self, entry: _PendingEntry) -> list[LayerWindow]:
+        """Spherical k-means of every layer's window at once, the prefix and the suffix separately; then each
+        layer's members are quantized against their centroids and its proxy-attention reference is taken."""
+        positions = entry.window
+        is_prefix = positions < entry.block_start
         k_pre, k_suf = split_counts(self.cfg.n_centroids, int(is_prefix.sum()), int((~is_prefix).sum()))
-        labels = torch.empty(len(positions), dtype=torch.long, device=h.device)
-        centroids = []
-        offset = 0
-        for part, k in ((is_prefix, k_pre), (~is_prefix, k_suf)):
-            if k == 0 or not part.any():
-                continue
-            c = spherical_kmeans(h[part], k, self.cfg.kmeans_iters, self.generator)
-            labels[part] = c.labels + offset
-            centroids.append(c.centroids)
-            offset += c.centroids.shape[0]
-        centroids = torch.cat(centroids)
-        counts = torch.bincount(labels, minlength=centroids.shape[0])
-        store = RowStore(self.fmt, h.float(), centroids, labels, offload=self.offload)
-        reference, _ = proxy_drift(self.model, layer, centroids, self.cache, None, self.cfg.impl)
-        return LayerWindow(positions, labels, centroids, counts, store, reference)
+        parts = [(part, k) for part, k in ((is_prefix, k_pre), (~is_prefix, k_suf)) if k > 0 and part.any()]
+        # the first seed of each (layer, part), drawn layer by layer, the prefix's before the suffix's
+        sizes = [int(part.sum()) for part, _ in parts]
+        first = torch.tensor([[int(torch.randint(n, (1,), generator=self.generator)) for n in sizes]
+                              for _ in entry.window_inputs], dtype=torch.long, device=positions.device)
+        inputs = torch.stack(entry.window_inputs)  # [layers, n, d]
+        labels = torch.empty(inputs.shape[:2], dtype=torch.long, device=inputs.device)
+        centroids, offset = [], 0
+        for column, (part, k) in enumerate(parts):
+            part_labels, part_centroids, _ = spherical_kmeans_batched(inputs[:, part], k, self.cfg.kmeans_iters,
+                                                                      first[:, column])
+            labels[:, part] = part_labels + offset
+            centroids.append(part_centroids)
+            offset += part_centroids.shape[1]
+        centroids = torch.cat(centroids, dim=1)  # [layers, K, d]
+        windows = []
+        for layer, h in enumerate(entry.window_inputs):
+            c, lab = centroids[layer].contiguous(), labels[layer].contiguous()
+            store = RowStore(self.fmt, h.float(), c, lab, offload=self.offload)
+            reference, _ = proxy_drift(self.model, layer, c, self.cache, None, self.cfg.impl)
+            windows.append(LayerWindow(positions, lab, c, torch.bincount(lab, minlength=c.shape[0]), store,
+                                       reference))
+        return windows
 
     # --- steps ------------------------------------------------------------------------------------------
     def forward(self, view: StepView) -> Pass:

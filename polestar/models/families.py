@@ -42,7 +42,8 @@ class Family:
 
 def _require(cfg: dict[str, Any], key: str, family: str) -> Any:
     if cfg.get(key) is None:
-        raise CheckpointError(f"config.json of this {family} checkpoint has no '{key}': add it (see the published config)")
+        raise CheckpointError(
+            f"config.json of this {family} checkpoint has no '{key}': add it (see the published config)")
     return cfg[key]
 
 

@@ -171,7 +171,8 @@ def _copy_weights(model: Transformer, root: Path, shards: list[str], expected: d
 def load_tokenizer(root: Path, family: Family, mask_id: int, eos_id: int):
     """AutoTokenizer from tokenizer.json / tokenizer_config.json, cross-checked against the config's ids."""
     if not ((root / "tokenizer.json").is_file() or (root / "tokenizer_config.json").is_file()):
-        raise CheckpointError(f"{root} has no tokenizer.json or tokenizer_config.json: copy the model's tokenizer files")
+        raise CheckpointError(
+            f"{root} has no tokenizer.json or tokenizer_config.json: copy the model's tokenizer files")
     import warnings
 
     from transformers import AutoTokenizer

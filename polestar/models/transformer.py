@@ -159,8 +159,9 @@ class Transformer(nn.Module):
         return LayerOutput(hidden=block.mlp(x), attn=probs)
 
     def kv_rows(self, index: int, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K (rotated at `positions`) and V of layer `index` for inputs `h` [batch, n, d], as the cache stores them."""
-        _, k, v = self.project_qkv(index, h)
+        """K (rotated at `positions`) and V of layer `index` for inputs `h` [batch, n, d], as the cache stores them
+        (no query projection: Polestar's packet consumption needs only the rows' K/V)."""
+        _, k, v = self.project_qkv(index, h, query=False)
         return self.rope.apply(k, positions), v
 
     def attention_probs(
@@ -183,12 +184,13 @@ class Transformer(nn.Module):
         b, n = h.shape[:2]
         return block.wq(block.attn_norm(h)).view(b, n, s.n_heads, s.head_dim).transpose(1, 2)
 
-    def project_qkv(self, index: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Normed projections of `h` [batch, n, d]: q [b, heads, n, hd], k and v [b, kv_heads, n, hd]."""
+    def project_qkv(self, index: int, h: torch.Tensor, query: bool = True):
+        """Normed projections of `h` [batch, n, d]: q [b, heads, n, hd] (None without `query`), k and v
+        [b, kv_heads, n, hd]."""
         block, s = self.layers[index], self.spec
         b, n = h.shape[:2]
         x = block.attn_norm(h)
-        q = block.wq(x).view(b, n, s.n_heads, s.head_dim).transpose(1, 2)
+        q = block.wq(x).view(b, n, s.n_heads, s.head_dim).transpose(1, 2) if query else None
         k = block.wk(x).view(b, n, s.n_kv_heads, s.head_dim).transpose(1, 2)
         v = block.wv(x).view(b, n, s.n_kv_heads, s.head_dim).transpose(1, 2)
         return q, k, v
