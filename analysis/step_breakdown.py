@@ -6,7 +6,9 @@ Decodes the same held-out examples with each method inside `polestar.profiling.c
 sections (inclusive wall time, device-synchronised) per forward: the cache policy's forward and the commit step,
 and inside Polestar's forward its block-entry work (forward pass, clustering + quantization + drift references)
 and its per-step work (block layers, proxy attention + drift, top-k selection + fetch + packet recompute, packet
-consumption, head, token drift, suffix logits). Everything is measured in one process, back to back.
+consumption, head, token drift, suffix logits). Fast-dLLM's dual cache names the sections it shares with Polestar
+(entry forward, block layers, head), so both columns are measured alike. Everything runs in one process, back to
+back.
 """
 
 from __future__ import annotations

@@ -180,6 +180,23 @@ def test_profiling_sections_break_down_a_polestar_step(tiny):
     assert "outside" not in times
 
 
+def test_profiling_sections_break_down_a_dual_cache_step(tiny):
+    """Fast-dLLM's dual cache names the same sections as Polestar (entry forward, block layers, head), so the step
+    breakdown measures both methods alike; a refresh every 2 steps is timed as its own section."""
+    from polestar import profiling
+
+    ids = torch.tensor(PROMPT)
+    for refresh in (0, 2):
+        cfg = resolve("fast-dllm", gen_length=32, block_length=8, tau_s=0.99, refresh_interval=refresh)
+        with profiling.collect() as times:
+            out = decode(tiny, ids, cfg)
+        assert out.nfe > 4  # more than one forward per block: there are in-block steps
+        names = {"entry: forward", "step: block layer", "step: head"} | ({"step: full refresh"} if refresh else set())
+        assert {k for k in times if k.startswith(("entry:", "step:"))} == names
+        assert all(times[name] > 0 for name in names)
+        assert sum(times[name] for name in names) <= times["forward (cache policy)"] * 1.001
+
+
 def test_untraced_decode_skips_only_trace_work(tiny, monkeypatch):
     """Without a trace, steps that do not refresh skip the proxy attention (its only reader is the trace):
     fewer proxy passes, the same tokens, commits and NFE as the traced decode."""

@@ -14,6 +14,7 @@ from abc import abstractmethod
 
 import torch
 
+from polestar import profiling
 from polestar.caches.base import CachePolicy, Pass, StepView
 
 
@@ -39,10 +40,13 @@ class _EntryCache(CachePolicy):
 
     def forward(self, view: StepView) -> Pass:
         if self._full_now(view):
-            return self.full_pass(view)[0]
+            with profiling.section("entry: forward" if view.step == 0 else "step: full refresh"):
+                return self.full_pass(view)[0]
         rows = self.rows(view)
-        hidden, _ = self.forward_rows(view.canvas, rows)
-        return Pass(logits=self.predict(hidden, rows, view.targets), kind=self.partial_kind, rows=len(rows))
+        with profiling.section("step: block layer"):  # the sections Polestar's step breakdown names alike
+            hidden, _ = self.forward_rows(view.canvas, rows)
+        with profiling.section("step: head"):
+            return Pass(logits=self.predict(hidden, rows, view.targets), kind=self.partial_kind, rows=len(rows))
 
 
 class PrefixCache(_EntryCache):
