@@ -6,18 +6,9 @@ The Triton kernels of `kernels/` replace these on a GPU and are tested against t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from kernels.token_kl import token_drift_kl_reference
-
-
-@dataclass
-class Clusters:
-    labels: torch.Tensor  # [n] cluster of each member, 0..K-1
-    centroids: torch.Tensor  # [K, d] fp32 arithmetic means of the members
-    counts: torch.Tensor  # [K] members per cluster
 
 
 def split_counts(k: int, n_prefix: int, n_suffix: int) -> tuple[int, int]:
@@ -30,14 +21,7 @@ def split_counts(k: int, n_prefix: int, n_suffix: int) -> tuple[int, int]:
     return k_pre, k - k_pre
 
 
-def spherical_kmeans(x: torch.Tensor, k: int, iters: int, generator: torch.Generator) -> Clusters:
-    """Spherical k-means of x [n, d] (see `spherical_kmeans_batched`); the first seed is drawn from `generator`."""
-    first = torch.randint(x.shape[0], (1,), generator=generator)
-    labels, centroids, counts = spherical_kmeans_batched(x.unsqueeze(0), k, iters, first.to(x.device))
-    return Clusters(labels=labels[0], centroids=centroids[0], counts=counts[0])
-
-
-def spherical_kmeans_batched(x: torch.Tensor, k: int, iters: int, first: torch.Tensor):
+def spherical_kmeans(x: torch.Tensor, k: int, iters: int, first: torch.Tensor):
     """Independent spherical k-means of each of B sets x [B, n, d] (Polestar clusters every layer's window at
     once), in fp32. Assign by cosine similarity to L2-normalised centroids; centroid = mean of its (raw) members.
     Initialisation: member `first[b]`, then farthest-point seeding (the member least similar to every chosen

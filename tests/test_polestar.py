@@ -8,7 +8,7 @@ import torch
 
 import polestar
 from polestar.caches.polestar import PolestarCache
-from polestar.clustering import kl_drift, spherical_kmeans, spherical_kmeans_batched, split_counts
+from polestar.clustering import kl_drift, spherical_kmeans, split_counts
 from polestar.config import resolve
 from polestar.decode import _suffix_commits, decode
 from polestar.policies.commit import DriftCommitPolicy
@@ -123,16 +123,16 @@ def test_split_counts_and_kmeans():
     g = torch.Generator().manual_seed(0)
     centers = torch.nn.functional.normalize(torch.randn(3, 16, generator=g), dim=-1) * 4
     x = centers.repeat_interleave(10, 0) + 0.01 * torch.randn(30, 16, generator=g)
-    c = spherical_kmeans(x, 3, 5, torch.Generator().manual_seed(1))
-    assert sorted(c.counts.tolist()) == [10, 10, 10]
+    labels, centroids, counts = spherical_kmeans(x.unsqueeze(0), 3, 5, torch.tensor([4]))
+    assert sorted(counts[0].tolist()) == [10, 10, 10]
     for k in range(3):
-        torch.testing.assert_close(c.centroids[k], x[c.labels == k].mean(0))
+        torch.testing.assert_close(centroids[0, k], x[labels[0] == k].mean(0))
     # batched (every layer's window at once): each set clusters exactly as it does alone from the same first seed
     sets = torch.stack([x, x.flip(0), 2 * x[torch.randperm(30, generator=g)]])
     first = torch.tensor([0, 7, 29])
-    labels, centroids, counts = spherical_kmeans_batched(sets, 3, 5, first)
+    labels, centroids, counts = spherical_kmeans(sets, 3, 5, first)
     for b in range(3):
-        alone = spherical_kmeans_batched(sets[b:b + 1], 3, 5, first[b:b + 1])
+        alone = spherical_kmeans(sets[b:b + 1], 3, 5, first[b:b + 1])
         assert torch.equal(labels[b], alone[0][0]) and torch.equal(counts[b], alone[2][0])
         torch.testing.assert_close(centroids[b], alone[1][0])
         assert sorted(counts[b].tolist()) == [10, 10, 10]

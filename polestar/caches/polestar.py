@@ -29,7 +29,7 @@ import torch
 from kernels.token_kl import token_drift_kl
 from polestar import profiling
 from polestar.caches.base import CachePolicy, Pass, StepView
-from polestar.clustering import proxy_drift, spherical_kmeans_batched, split_counts
+from polestar.clustering import proxy_drift, spherical_kmeans, split_counts
 from polestar.config import DriftReference, EntrySchedule
 from polestar.quant import RowStore, get_format
 
@@ -149,21 +149,20 @@ class PolestarCache(CachePolicy):
                               for _ in entry.window_inputs], dtype=torch.long, device=positions.device)
         inputs = torch.stack(entry.window_inputs)  # [layers, n, d]
         labels = torch.empty(inputs.shape[:2], dtype=torch.long, device=inputs.device)
-        centroids, offset = [], 0
+        centroids, counts, offset = [], [], 0
         for column, (part, k) in enumerate(parts):
-            part_labels, part_centroids, _ = spherical_kmeans_batched(inputs[:, part], k, self.cfg.kmeans_iters,
-                                                                      first[:, column])
+            part_labels, part_centroids, part_counts = spherical_kmeans(inputs[:, part], k, self.cfg.kmeans_iters,
+                                                                        first[:, column])
             labels[:, part] = part_labels + offset
             centroids.append(part_centroids)
+            counts.append(part_counts)
             offset += part_centroids.shape[1]
-        centroids = torch.cat(centroids, dim=1)  # [layers, K, d]
+        centroids, counts = torch.cat(centroids, dim=1), torch.cat(counts, dim=1)  # [layers, K, d], [layers, K]
         windows = []
         for layer, h in enumerate(entry.window_inputs):
-            c, lab = centroids[layer].contiguous(), labels[layer].contiguous()
-            store = RowStore(self.fmt, h.float(), c, lab, offload=self.offload)
-            reference, _ = proxy_drift(self.model, layer, c, self.cache, None, self.cfg.impl)
-            windows.append(LayerWindow(positions, lab, c, torch.bincount(lab, minlength=c.shape[0]), store,
-                                       reference))
+            store = RowStore(self.fmt, h.float(), centroids[layer], labels[layer], offload=self.offload)
+            reference, _ = proxy_drift(self.model, layer, centroids[layer], self.cache, None, self.cfg.impl)
+            windows.append(LayerWindow(positions, labels[layer], centroids[layer], counts[layer], store, reference))
         return windows
 
     # --- steps ------------------------------------------------------------------------------------------
