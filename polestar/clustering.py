@@ -26,7 +26,8 @@ def spherical_kmeans(x: torch.Tensor, k: int, iters: int, first: torch.Tensor):
     once), in fp32. Assign by cosine similarity to L2-normalised centroids; centroid = mean of its (raw) members.
     Initialisation: member `first[b]`, then farthest-point seeding (the member least similar to every chosen
     seed), which avoids two seeds in one cluster; an emptied cluster keeps its centroid.
-    Returns labels [B, n], centroids [B, k', d] and counts [B, k'], k' = min(k, n)."""
+    Returns labels [B, n], centroids [B, k', d] and counts [B, k'] of the last assignment, k' = min(k, n);
+    `iters` ≥ 1 (`DecodeConfig.kmeans_iters`)."""
     x = x.float()
     batch, n, _ = x.shape
     k = min(k, n)
@@ -39,7 +40,6 @@ def spherical_kmeans(x: torch.Tensor, k: int, iters: int, first: torch.Tensor):
         closest = torch.maximum(closest, (unit @ unit[sets, seeds[-1]].unsqueeze(-1)).squeeze(-1))
     centroids = x[sets.unsqueeze(-1), torch.stack(seeds, dim=-1)]  # [B, k, d]
     offsets = (sets * k).unsqueeze(-1)  # labels of set b index rows b·k … b·k + k − 1 of the flattened centroids
-    labels = torch.zeros(batch, n, dtype=torch.long, device=x.device)
     for _ in range(iters):
         labels = (unit @ torch.nn.functional.normalize(centroids, dim=-1).transpose(1, 2)).argmax(dim=-1)
         flat = (labels + offsets).flatten()
@@ -48,7 +48,6 @@ def spherical_kmeans(x: torch.Tensor, k: int, iters: int, first: torch.Tensor):
         filled = counts > 0
         centroids = torch.where(filled.unsqueeze(-1), sums.view(batch, k, -1) / counts.clamp_min(1).unsqueeze(-1),
                                 centroids)
-    counts = torch.bincount((labels + offsets).flatten(), minlength=batch * k).view(batch, k)
     return labels, centroids, counts
 
 

@@ -141,16 +141,17 @@ class PolestarCache(CachePolicy):
         layer's members are quantized against their centroids and its proxy-attention reference is taken."""
         positions = entry.window
         is_prefix = positions < entry.block_start
-        k_pre, k_suf = split_counts(self.cfg.n_centroids, int(is_prefix.sum()), int((~is_prefix).sum()))
-        parts = [(part, k) for part, k in ((is_prefix, k_pre), (~is_prefix, k_suf)) if k > 0 and part.any()]
+        n_pre = int(is_prefix.sum())
+        n_suf = len(positions) - n_pre
+        k_pre, k_suf = split_counts(self.cfg.n_centroids, n_pre, n_suf)
+        parts = [(part, k, n) for part, k, n in ((is_prefix, k_pre, n_pre), (~is_prefix, k_suf, n_suf)) if k and n]
         # the first seed of each (layer, part), drawn layer by layer, the prefix's before the suffix's
-        sizes = [int(part.sum()) for part, _ in parts]
-        first = torch.tensor([[int(torch.randint(n, (1,), generator=self.generator)) for n in sizes]
+        first = torch.tensor([[int(torch.randint(n, (1,), generator=self.generator)) for *_, n in parts]
                               for _ in entry.window_inputs], dtype=torch.long, device=positions.device)
         inputs = torch.stack(entry.window_inputs)  # [layers, n, d]
         labels = torch.empty(inputs.shape[:2], dtype=torch.long, device=inputs.device)
         centroids, counts, offset = [], [], 0
-        for column, (part, k) in enumerate(parts):
+        for column, (part, k, _) in enumerate(parts):
             part_labels, part_centroids, part_counts = spherical_kmeans(inputs[:, part], k, self.cfg.kmeans_iters,
                                                                         first[:, column])
             labels[:, part] = part_labels + offset
