@@ -20,22 +20,51 @@ def test_same_seed_same_examples(name):
     assert tasks.make(name, 40, seed=3) != tasks.make(name, 40, seed=4)
 
 
+def _fact(line: str) -> tuple[int, str, int, int]:
+    """(a, op, b, c) of a solution line `a op b = c`, checked to be true."""
+    a, op, b, eq, c = line.split()
+    a, b, c = int(a), int(b), int(c)
+    assert eq == "="
+    if op == "/":
+        assert a % b == 0
+    assert c == {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
+    return a, op, b, c
+
+
+def _drillable(a: int, op: str, b: int, c: int) -> bool:
+    """The facts `arith-drill` draws from (its docstring's ranges)."""
+    top = arith.MAX_VALUE
+    return {"+": 2 <= c <= top and 1 <= b <= min(30, c - 1), "-": 2 <= a <= top and 1 <= b <= min(30, a - 1),
+            "*": 2 <= b <= 5 and 1 <= a <= top // b, "/": 2 <= b <= 6 and 1 <= c <= top // b}[op]
+
+
 def test_arith_reference_solutions_are_correct():
     for ex in tasks.make("arith", 300, seed=0):
         lines = ex.answer.split("\n")
         assert 2 <= len(lines) - 1 <= 4
         value = None
         for line in lines[:-1]:
-            a, op, b, eq, c = line.split()
-            assert eq == "=" and (value is None or int(a) == value)
-            expected = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}.get(op)
-            if op == "/":
-                assert int(a) % int(b) == 0
-                expected = int(a) // int(b)
-            assert int(c) == expected and 0 < expected <= arith.MAX_VALUE
-            value = expected
+            a, op, b, c = _fact(line)
+            assert value is None or a == value
+            assert 0 < c <= arith.MAX_VALUE
+            assert _drillable(a, op, b, c), f"{line}: a fact the drill never shows"
+            value = c
         assert lines[-1] == f"#### {value}" and ex.target == str(value)
         assert tasks.score("arith", ex, ex.answer)
+
+
+def test_arith_drill_lines_are_true_and_cover_the_facts():
+    facts = set()
+    for ex in tasks.make("arith-drill", 2000, seed=0, split="train"):
+        lines = ex.answer.split("\n")
+        assert 4 <= len(lines) <= 9 and ex.prompt == ", ".join(line.split(" =")[0] for line in lines)
+        for line in lines:
+            fact = _fact(line)
+            assert _drillable(*fact)
+            facts.add(fact)
+        assert tasks.score("arith-drill", ex, ex.answer.replace("\n", " \n"))
+        assert not tasks.score("arith-drill", ex, ex.answer.rsplit(" ", 1)[0] + " 0")
+    assert {op for _, op, _, _ in facts} == set("+-*/") and len(facts) > 5000  # spread over the table
 
 
 def test_arith_scoring():

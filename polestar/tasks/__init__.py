@@ -2,7 +2,8 @@
 
 Tasks: `arith` (GSM8K-style word problems, scored on the integer after `####`) and `lists` (copy / reverse /
 sort, exact match); `lists-copy` (the copy third of `lists`) and `lists-copy-words` are training curriculum
-steps. `split="test"` (the default) gives held-out examples; training draws `split="train"`.
+steps, and `arith-drill` (bare equations, the arithmetic facts of `arith` many per token) a training drill.
+`split="test"` (the default) gives held-out examples; training draws `split="train"`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from polestar.tasks.base import SPLITS, Example, draw, split_of
 TASKS = {"arith": arith, "lists": lists,
          # training curriculum only: the copy third of `lists` (same scorer, same train/test split rule)
          "lists-copy": SimpleNamespace(candidate=lists.candidate_copy, score=lists.score),
-         "lists-copy-words": SimpleNamespace(candidate=lists.candidate_copy_words, score=lists.score)}
+         "lists-copy-words": SimpleNamespace(candidate=lists.candidate_copy_words, score=lists.score),
+         # training drill: the sums, differences, products and quotients `arith` asks for, as bare equations
+         "arith-drill": SimpleNamespace(candidate=arith.candidate_drill, score=arith.score_drill)}
 
 __all__ = ["TASKS", "Example", "make", "score", "split_of"]
 

@@ -95,6 +95,40 @@ def candidate(rng: random.Random) -> Example:
     return Example(task="arith", prompt=" ".join(story), answer=answer, target=str(x))
 
 
+def candidate_drill(rng: random.Random) -> Example:
+    """A training drill of bare equations, many facts per token: the prompt lists 4–9 left-hand sides
+    (`37 + 20, 115 - 13, …`), the answer writes each as a solution line (`37 + 20 = 57`). Operands are
+    uniform over every fact the word problems can ask (each result in [1, MAX_VALUE], `+`/`−` by at most 30,
+    `×` by 2–5, exact `÷` by 2–6), weighted toward `+` and `−`."""
+    lines = []
+    for _ in range(rng.randint(4, 9)):
+        op = rng.choices("+-*/", weights=(4, 4, 1, 1))[0]
+        if op == "+":
+            y = rng.randint(2, MAX_VALUE)
+            b = rng.randint(1, min(30, y - 1))
+            x = y - b
+        elif op == "-":
+            x = rng.randint(2, MAX_VALUE)
+            b = rng.randint(1, min(30, x - 1))
+            y = x - b
+        elif op == "*":
+            b = rng.randint(2, 5)
+            x = rng.randint(1, MAX_VALUE // b)
+            y = x * b
+        else:
+            b = rng.randint(2, 6)
+            y = rng.randint(1, MAX_VALUE // b)
+            x = y * b
+        lines.append((f"{x} {op} {b}", y))
+    prompt = ", ".join(left for left, _ in lines)
+    answer = "\n".join(f"{left} = {y}" for left, y in lines)
+    return Example(task="arith-drill", prompt=prompt, answer=answer, target=answer)
+
+
+def score_drill(example: Example, completion: str) -> bool:
+    return completion.split() == example.target.split()
+
+
 _FINAL = re.compile(r"####\s*(-?\d+)")
 
 
