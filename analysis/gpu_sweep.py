@@ -30,6 +30,12 @@ CANDIDATES = {
     "digits-lr1e3": ["--vocab-size", "1024", "--split-digits", "--lr", "1e-3", "--token-budget", "65536"],
     "merged-lr2e3": ["--vocab-size", "2048", "--no-split-digits", "--lr", "2e-3", "--token-budget", "32768"],
 }
+# continuations of the shipped model (its tokenizer and size), weighted toward arith, with and without the
+# equation drill; 512 stays in the mix so generation 512 keeps working (the model card's CPU phase)
+_CONTINUE = ["--init-from", "assets/models/polestar-tiny", "--vocab-size", "2048", "--no-split-digits", "--lr", "3e-4",
+             "--token-budget", "65536", "--response-lengths", "64", "128", "256", "512"]
+CANDIDATES |= {"continue": [*_CONTINUE, "--tasks", "arith", "arith", "lists"],
+               "continue-drill": [*_CONTINUE, "--tasks", "arith", "arith-drill", "arith", "lists"]}
 WARMUP = 300
 
 

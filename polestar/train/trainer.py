@@ -31,9 +31,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """The defaults are the shipped model's recipe in one cosine schedule (it was trained as 2,404 + 2,396 +
-    1,400 steps with the schedule re-opened twice: see its model card). About 10 minutes on one H200 with
-    `--device cuda --workers 12`; on a CPU use a smaller `--token-budget` and expect hours."""
+    """The defaults are the shipped model's GPU recipe in one cosine schedule (it was trained as 2,404 + 2,396 +
+    1,400 steps with the schedule re-opened twice, then fine-tuned on the CPU for 512-token canvases: see its
+    model card). About 10 minutes on one H200 with `--device cuda --workers 12`; on a CPU use a smaller
+    `--token-budget` and expect hours."""
 
     out_dir: str = field(default="runs/polestar-tiny", metadata={"help": "run directory (resumes if it exists)"})
     d_model: int = field(default=256, metadata={"help": "hidden size"})
