@@ -18,8 +18,9 @@ TASKS = {"arith": arith, "lists": lists,
          # training curriculum only: the copy third of `lists` (same scorer, same train/test split rule)
          "lists-copy": SimpleNamespace(candidate=lists.candidate_copy, score=lists.score),
          "lists-copy-words": SimpleNamespace(candidate=lists.candidate_copy_words, score=lists.score),
-         # training drill: the sums, differences, products and quotients `arith` asks for, as bare equations
-         "arith-drill": SimpleNamespace(candidate=arith.candidate_drill, score=arith.score_drill)}
+         # training drill: the sums, differences, products and quotients `arith` asks for, as bare equations,
+         # scored like `lists` (exact match of the whitespace-separated items)
+         "arith-drill": SimpleNamespace(candidate=arith.candidate_drill, score=lists.score)}
 
 __all__ = ["TASKS", "Example", "make", "score", "split_of"]
 

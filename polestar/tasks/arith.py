@@ -125,10 +125,6 @@ def candidate_drill(rng: random.Random) -> Example:
     return Example(task="arith-drill", prompt=prompt, answer=answer, target=answer)
 
 
-def score_drill(example: Example, completion: str) -> bool:
-    return completion.split() == example.target.split()
-
-
 _FINAL = re.compile(r"####\s*(-?\d+)")
 
 
