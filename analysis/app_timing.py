@@ -18,9 +18,9 @@ def main() -> None:
 
     import app
     import polestar
-    from app.ui import _examples
+    from app.examples import default_prompt
 
-    prompt = _examples()[4].prompt
+    prompt = default_prompt()
     demo = app.create_app(polestar.DEFAULT_MODEL)
     demo.queue().launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     client = Client(demo.local_url, verbose=False)

@@ -124,7 +124,7 @@ def commit_timeline(rec: RunRecord, t: int | None = None) -> go.Figure:
 
 
 def staleness_curves(rec: RunRecord, t: int | None = None) -> go.Figure:
-    """Mean KV staleness per layer over steps (spec §5); empty when staleness was not measured."""
+    """Mean KV staleness per layer over steps (docs/algorithm.md §5); empty when staleness was not measured."""
     t = rec.n_steps if t is None else t
     fig = go.Figure()
     series = [e.extra.get("staleness") for e in rec.events[:t]]

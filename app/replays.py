@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPLAY_DIR = Path(__file__).resolve().parent.parent / "assets" / "replays"
 INDEX = "index.json"
-# (example index in app.ui._examples(), method): one arithmetic and one list task, Fast-dLLM next to Polestar
+# (index in app.examples.examples(), method): one arithmetic and one list task, Fast-dLLM next to Polestar
 RECORDED = ((4, "fast-dllm"), (4, "polestar"), (0, "fast-dllm"), (0, "polestar"))
 
 
@@ -49,11 +49,11 @@ def record(model_path: str | Path, directory: Path = REPLAY_DIR) -> list[Replay]
     """Decode RECORDED with the analysis probe on and write the traces and the index."""
     from app import runio
     from app.runner import ModelHost, stream_run
-    from app.ui import _examples
+    from app.examples import examples as task_examples
     from polestar.config import resolve
 
     directory.mkdir(parents=True, exist_ok=True)
-    host, examples, sha = ModelHost(str(model_path)), _examples(), model_fingerprint(model_path)
+    host, examples, sha = ModelHost(str(model_path)), task_examples(), model_fingerprint(model_path)
     out = []
     for index, method in RECORDED:
         ex = examples[index]

@@ -93,8 +93,7 @@ def stream_run(host: ModelHost, prompt: str, cfg: DecodeConfig, label: str, stop
             rec.metrics = {"text": result.text, "nfe": result.nfe, "tpf": round(result.tpf, 3),
                            "tps": round(result.tps, 2), "tokens_per_step": round(result.tokens_per_step, 3),
                            "wall_s": round(result.wall_s, 3),
-                           "refreshes": sum(e.kind in ("refresh", "partial-refresh") for e in rec.events),
-                           "stopped": stop.is_set()}
+                           **result.counters.as_dict(), "stopped": stop.is_set()}
             updates.put("done")
         except Exception as exc:  # handed to the caller's thread
             updates.put(exc)

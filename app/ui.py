@@ -14,6 +14,7 @@ from typing import Any
 import gradio as gr
 
 from app import figures, replays, runio
+from app.examples import examples as task_examples
 from app.record import RunRecord
 from app.compare import build_compare_tab
 from app.runner import ModelHost, stream_run
@@ -71,10 +72,6 @@ def on_gpu(fn):
     return spaces.GPU(duration=120)(fn)
 
 
-def _examples() -> list[tasks.Example]:
-    return tasks.make("arith", 4, seed=0) + tasks.make("lists", 4, seed=0)
-
-
 def _config(method: str, values: dict[str, Any]) -> DecodeConfig:
     base = resolve(method)
     overrides = {}
@@ -109,7 +106,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
     host.preload()
     records: dict[str, RunRecord] = {}
     stops: dict[str, threading.Event] = {}
-    examples = _examples()
+    examples = task_examples()
     by_prompt = {ex.prompt: ex for ex in examples}
 
     def run(prompt: str, method: str, probe: bool, layer: float, positions: str, *values: Any,
@@ -222,7 +219,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
             with gr.Tab("Run"):
                 with gr.Row():
                     with gr.Column(scale=1, min_width=320):
-                        prompt = gr.Textbox(label="Prompt", lines=4, value=examples[4].prompt)
+                        prompt = gr.Textbox(label="Prompt", lines=4, value=examples[0].prompt)
                         gr.Examples([[ex.prompt] for ex in examples], inputs=[prompt],
                                     label="Task examples (known answers)")
                         with gr.Accordion("Instant replays (cached example runs)", open=bool(cached)):
@@ -290,7 +287,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                          api_name="replay", show_progress="hidden")
         upload.upload(load, [upload, layer, positions], [*panels, metrics, status, playhead], api_name=False)
         with tabs:
-            build_compare_tab(host, examples[4].prompt)
+            build_compare_tab(host, examples[0].prompt)
             build_sweep_tab(host)
     return demo
 

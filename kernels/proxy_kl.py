@@ -1,4 +1,4 @@
-"""Proxy attention + per-cluster KL drift in one pass (Polestar-Cache's per-step drift signal, spec §3).
+"""Proxy attention + per-cluster KL drift in one pass (Polestar-Cache's per-step drift signal, docs/algorithm.md §3).
 
 For each cluster c and head h: p = softmax(q[c, h] · k[h // group]ᵀ · scale) over the layer's keys (padded keys
 excluded), written out as the new proxy distribution, and KL(p ‖ ref[c, h]) with both sides clamped at 1e-12,

@@ -1,6 +1,6 @@
 """Token-drift KL: for each of the block's query rows, the KL divergence between its final-layer attention
 distribution now and at the previous forward, per head, clamped at zero and averaged over heads (Polestar-Commit's
-δ, spec §4).
+δ, docs/algorithm.md §3).
 
 Layouts: `now`, `ref` [N, H, L] (fp32, fp16 or bf16; any strides with the last axis contiguous, so the model's
 [1, H, N, L] attention can be passed as `attn[0].transpose(0, 1)` without a copy). Output [N] fp32.

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 
 from polestar.config import DecodeConfig, resolve
-from polestar.decode import DecodeResult, decode
+from polestar.decode import DecodeCounters, DecodeResult, decode
 from polestar.errors import ConfigError
 from polestar.trace import StepEvent, Trace
 
@@ -25,10 +25,12 @@ class GenerationResult:
     trace: Trace | None
     config: DecodeConfig
     prompt_ids: list[int]
+    counters: DecodeCounters  # refresh steps, drift / suffix (EOS) / forced commits
 
     def summary(self) -> dict[str, Any]:
         return {"text": self.text, "nfe": self.nfe, "tpf": round(self.tpf, 4), "tps": round(self.tps, 2),
-                "tokens_per_step": round(self.tokens_per_step, 4), "wall_s": round(self.wall_s, 4)}
+                "tokens_per_step": round(self.tokens_per_step, 4), "wall_s": round(self.wall_s, 4),
+                **self.counters.as_dict()}
 
 
 def chat_prompt_ids(tokenizer, prompt: str) -> list[int]:
@@ -80,5 +82,5 @@ def generate(
     text = model.tokenizer.decode(gen, skip_special_tokens=True) if model.tokenizer is not None else ""
     return GenerationResult(
         text=text, token_ids=gen, nfe=out.nfe, tpf=out.tpf, tps=out.tps, tokens_per_step=out.tokens_per_step,
-        wall_s=out.wall_s, trace=out.trace, config=cfg, prompt_ids=ids[0].tolist(),
+        wall_s=out.wall_s, trace=out.trace, config=cfg, prompt_ids=ids[0].tolist(), counters=out.counters,
     )

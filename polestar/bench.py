@@ -79,7 +79,7 @@ def run_bench(model, suites: list[str], n: int, configs: dict[str, DecodeConfig]
         r = generate(model, ex.prompt, configs[m])
         row = {"suite": suite, "example": i, "method": m, "correct": tasks.score(suite, ex, r.text),
                "nfe": r.nfe, "content_tokens": round(r.tpf * r.nfe), "tokens_per_step": r.tokens_per_step,
-               "wall_s": r.wall_s, "config": config_json[m], **stamp}
+               "wall_s": r.wall_s, **r.counters.as_dict(), "config": config_json[m], **stamp}
         rows.append(row)
         if out is not None:
             append_csv(row, out)
@@ -114,7 +114,11 @@ def summarise(rows: list[dict[str, Any]], baseline: str = "baseline",
             per[m] = {"suite": suite, "method": m, "n": len(sel),
                       "accuracy": sum(r["correct"] for r in sel) / len(sel), "tpf": tokens / nfe,
                       "tokens_per_step": sum(r["tokens_per_step"] * r["nfe"] for r in sel) / nfe,
-                      "nfe": nfe / len(sel), "tps": tokens / wall}
+                      "nfe": nfe / len(sel), "tps": tokens / wall,
+                      **{key: sum(r[key] for r in sel) / len(sel) for key in COUNTERS},
+                      # the share of examples where the drift rule / a non-EOS suffix commit fired at least once
+                      "with_drift": sum(r["drift_commits"] > 0 for r in sel) / len(sel),
+                      "with_content_suffix": sum(r["suffix_commits"] > r["suffix_eos_commits"] for r in sel) / len(sel)}
         base = per.get(baseline)
         for m, row in per.items():
             row["speedup"] = row["tps"] / base["tps"] if base else float("nan")
@@ -133,18 +137,22 @@ def markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
     shas = ", ".join(dict.fromkeys(r["git_sha"] for r in rows))
     times = sorted(r["timestamp"] for r in rows)
     when = times[0] if times[0] == times[-1] else f"{times[0]} to {times[-1]}"
-    head = ("| suite | method | n | accuracy | TPF | tokens/step | NFE | TPS | speed-up |\n"
-            "|---|---|---|---|---|---|---|---|---|")
+    head = ("| suite | method | n | accuracy | TPF | tokens/step | NFE | TPS | speed-up | refresh steps "
+            "| drift commits | suffix commits (EOS) | forced |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [f"| {r['suite']} | {r['method']} | {r['n']} | {100 * r['accuracy']:.1f}% | {r['tpf']:.2f} | "
-             f"{r['tokens_per_step']:.2f} | {r['nfe']:.1f} | {r['tps']:.1f} | {_ratio(r['speedup'])} |" for r in table]
+             f"{r['tokens_per_step']:.2f} | {r['nfe']:.1f} | {r['tps']:.1f} | {_ratio(r['speedup'])} | "
+             f"{r['refresh_steps']:.1f} | {r['drift_commits']:.1f} ({100 * r['with_drift']:.0f}% of examples) | "
+             f"{r['suffix_commits']:.1f} ({r['suffix_eos_commits']:.1f}) | {r['forced_commits']:.1f} |" for r in table]
     foot = (f"\nMachine: {stamp['device']} ({stamp['machine']}), torch {stamp['torch']}, git {shas}, "
             f"{when}" + (f", weights sha256 {stamp['model']}…" if stamp.get("model") else "")
-            + ". TPF = non-EOS tokens / NFE; TPS = non-EOS tokens / decode wall time.")
+            + ". TPF = non-EOS tokens / NFE; TPS = non-EOS tokens / decode wall time. The counters are means per "
+            "example; the drift column also gives the share of examples with at least one drift commit.")
     return "\n".join([head, *lines]) + "\n" + foot + "\n"
 
 
-FIELDS = ("suite", "example", "method", "correct", "nfe", "content_tokens", "tokens_per_step", "wall_s", "config",
-          "model", "git_sha", "torch", "transformers", "python", "machine", "device", "timestamp")
+COUNTERS = ("refresh_steps", "drift_commits", "suffix_commits", "suffix_eos_commits", "forced_commits")
+FIELDS = ("suite", "example", "method", "correct", "nfe", "content_tokens", "tokens_per_step", "wall_s", *COUNTERS,
+          "config", "model", "git_sha", "torch", "transformers", "python", "machine", "device", "timestamp")
 
 
 def append_csv(row: dict[str, Any], path: Path) -> None:
@@ -172,6 +180,8 @@ def read_csv(path: Path, weights: str | None = None) -> list[dict[str, Any]]:
         r["correct"] = r["correct"] == "True"
         r["nfe"], r["content_tokens"] = int(r["nfe"]), int(r["content_tokens"])
         r["tokens_per_step"], r["wall_s"] = float(r["tokens_per_step"]), float(r["wall_s"])
+        for key in COUNTERS:
+            r[key] = int(r[key])
         r.setdefault("model", "")  # rows of a bench older than the column
     return rows if weights is None else [r for r in rows if r["model"] == weights]
 

@@ -1,4 +1,4 @@
-"""Polestar's drift bookkeeping in torch: spherical k-means, proxy attention, KL drift (spec §2–3).
+"""Polestar's drift bookkeeping in torch: spherical k-means, proxy attention, KL drift (docs/algorithm.md §2–3).
 
 Shapes: hidden states [n, d]; centroids [K, d]; attention distributions [K or n, heads, length].
 The Triton kernels of `kernels/` replace these on a GPU and are tested against them.
@@ -12,7 +12,8 @@ from kernels.token_kl import token_drift_kl_reference
 
 
 def split_counts(k: int, n_prefix: int, n_suffix: int) -> tuple[int, int]:
-    """K split between prefix and suffix in proportion to their lengths (spec §2, the public code's rule)."""
+    """K split between prefix and suffix in proportion to their lengths (docs/algorithm.md §2, the public code's
+    rule)."""
     if n_prefix == 0:
         return 0, (k if n_suffix else 0)
     if n_suffix == 0:

@@ -34,6 +34,21 @@ from polestar.staleness import kv_staleness
 from polestar.trace import Commit, StepEvent, Trace
 
 log = logging.getLogger(__name__)
+REFRESH_KINDS = ("refresh", "partial-refresh")  # pass kinds that recompute stale cache entries
+
+
+@dataclass(frozen=True)
+class DecodeCounters:
+    """What the policies did in one decode, counted without a trace (one host sync at the end)."""
+
+    refresh_steps: int  # forwards that refreshed stale cache entries (Polestar's "refresh", Elastic's partial)
+    drift_commits: int  # current-block commits made by the drift rule (Polestar-Commit)
+    suffix_commits: int  # positions beyond the block committed from refreshed suffix logits
+    suffix_eos_commits: int  # the subset of suffix commits that wrote EOS
+    forced_commits: int  # commits made only by the progress guarantee (no position passed the rule)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
 
 
 @dataclass
@@ -45,6 +60,7 @@ class DecodeResult:
     content_tokens: int  # non-EOS tokens in the generated region
     wall_s: float
     trace: Trace | None
+    counters: DecodeCounters
 
     @property
     def token_ids(self) -> torch.Tensor:
@@ -99,7 +115,9 @@ def decode(
     commit_policy = make_commit_policy(cfg)
     steps_per_block = cfg.total_steps // cfg.n_blocks
     record = Trace(prompt_len, cfg.gen_length, cfg.block_length) if trace else None
-    nfe, stop, excluded = 0, False, 0.0
+    nfe, stop, excluded, refresh_steps = 0, False, 0.0, 0
+    # [drift, suffix, suffix EOS, forced] summed on the device: no host sync per step for the counters
+    counts = torch.zeros(4, dtype=torch.long, device=device)
     _sync(device)
     t_start = time.perf_counter()
 
@@ -134,6 +152,8 @@ def decode(
                 chosen = commit.mask[0]
                 canvas[0, view.targets[chosen]] = tokens[0, chosen]
                 suffix = _suffix_commits(result, cfg, generator, mask_id, canvas)
+                refresh_steps += result.kind in REFRESH_KINDS
+                counts += _step_counts(commit, suffix, model.eos_id, device)
                 cache_policy.observe(view, result.logits, chosen)
                 n_masked = int((canvas[0, start:end] == mask_id).sum())
             if record is not None:
@@ -153,6 +173,7 @@ def decode(
     _sync(device)
     wall = time.perf_counter() - t_start - excluded
     generated = canvas[0, prompt_len:]
+    drift, suffix_n, suffix_eos, forced = counts.tolist()
     return DecodeResult(
         canvas=canvas,
         prompt_len=prompt_len,
@@ -161,7 +182,17 @@ def decode(
         content_tokens=int(((generated != mask_id) & (generated != model.eos_id)).sum()),
         wall_s=wall,
         trace=record,
+        counters=DecodeCounters(refresh_steps, drift, suffix_n, suffix_eos, forced),
     )
+
+
+def _step_counts(commit, suffix, eos_id: int, device: torch.device) -> torch.Tensor:
+    """This step's [drift commits, suffix commits, suffix EOS commits, forced commits] as a device tensor."""
+    zero = torch.zeros((), dtype=torch.long, device=device)
+    drift = zero if commit.drift is None else commit.drift.sum()
+    suffix_n = zero if suffix is None else torch.tensor(len(suffix[0]), device=device)
+    suffix_eos = zero if suffix is None else (suffix[1] == eos_id).sum()
+    return torch.stack([drift, suffix_n, suffix_eos, commit.forced.sum()])
 
 
 def _targets(canvas: torch.Tensor, start: int, end: int, cfg: DecodeConfig, mask_id: int) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Hidden-state quantization formats for Polestar's cached layer inputs (spec §2, paper Table 11).
+"""Hidden-state quantization formats for Polestar's cached layer inputs (docs/algorithm.md §2, paper Table 11).
 
 `get_format(name)` returns an object with `quantize(x) -> Quantized` and `dequantize(q) -> Tensor`, `x` of
 shape [..., channels]. Formats:
@@ -190,7 +190,8 @@ class RowStore:
     With `offload`, codes and scales live in host memory (pinned when the rows come from a CUDA device) and only
     the anchors stay on the device; `prefetch(rows, stream)` gathers the rows on the host and copies them to the
     device asynchronously on `stream`, and `get(rows, fetched)` waits for that copy and dequantizes the tile on the
-    device (spec §7, paper §4.3). On CPU the same path runs synchronously (host = device), so CI tests it.
+    device (docs/algorithm.md §4, paper §4.3). On CPU the same path runs synchronously (host = device), so CI
+    tests it.
     """
 
     def __init__(self, fmt, x: torch.Tensor, anchor: torch.Tensor | None = None,

@@ -1,6 +1,6 @@
-"""KV staleness against a full recompute (spec §5, paper §C.2): E_i(t, ℓ) = 1 − ½(cos(K, K_ref) + cos(V, V_ref)),
-per head then averaged over heads, for every layer ℓ and position i. The reference forward is extra work
-for analysis only: it is never counted in NFE or TPS."""
+"""KV staleness against a full recompute (docs/algorithm.md §5, paper §C.2):
+E_i(t, ℓ) = 1 − ½(cos(K, K_ref) + cos(V, V_ref)), per head then averaged over heads, for every layer ℓ and
+position i. The reference forward is extra work for analysis only: it is never counted in NFE or TPS."""
 
 from __future__ import annotations
 

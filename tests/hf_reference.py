@@ -1,5 +1,5 @@
 """Stock transformers models (LlamaForCausalLM for LLaDA, Qwen2ForCausalLM for Dream) made bidirectional, with
-weights mapped from the tiny checkpoints: the independent reference for our forward (checkpoints.md §3)."""
+weights mapped from the tiny checkpoints: the independent reference for our forward (docs/checkpoints.md §3)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def _fp64_rms_norm(module):
 
 
 def run_reference(model, ids: torch.Tensor):
-    """Bidirectional forward: an explicit 4-D zero float mask plus is_causal off (checkpoints.md §3.4).
+    """Bidirectional forward: an explicit 4-D zero float mask plus is_causal off (docs/checkpoints.md §3).
 
     Attention probabilities come only from the "eager" implementation, whose softmax runs in fp32 even for an
     fp64 model; the "sdpa" one keeps fp64 throughout and is the reference for logits and hidden states."""

@@ -23,10 +23,14 @@ def test_bench_rows_table_and_resume(tmp_path):
     assert [(r["example"], r["method"]) for r in rows] == [(0, "baseline"), (0, "fast-dllm"), (1, "baseline"),
                                                           (1, "fast-dllm")]
     assert all(r["nfe"] == 16 for r in rows if r["method"] == "baseline")
+    # the quota rule never forces and no method here refreshes or commits by drift or from the suffix
+    assert all(r[k] == 0 for r in rows for k in bench.COUNTERS if k != "forced_commits")
+    assert all(r["forced_commits"] == 0 for r in rows if r["method"] == "baseline")
     stamp = out.read_text().splitlines()
     again = bench.run_bench(model, ["lists"], 2, configs, 0, progress=False, out=out)
     assert out.read_text().splitlines() == stamp  # nothing recomputed
     assert [r["nfe"] for r in again] == [r["nfe"] for r in rows]
+    assert [[r[k] for k in bench.COUNTERS] for r in again] == [[r[k] for k in bench.COUNTERS] for r in rows]
     table = bench.summarise(again)
     base = next(r for r in table if r["method"] == "baseline")
     assert base["speedup"] == 1.0 and base["n"] == 2 and base["nfe"] == 16
@@ -38,7 +42,7 @@ def test_bench_rows_table_and_resume(tmp_path):
     assert [r["method"] for r in bench.summarise(again, methods=["fast-dllm", "baseline"])] == ["fast-dllm",
                                                                                                "baseline"]
     no_base = bench.markdown(bench.summarise([r for r in again if r["method"] == "fast-dllm"]), again)
-    assert no_base.splitlines()[2].endswith("| — |")  # without a baseline in the run there is no speed-up
+    assert no_base.splitlines()[2].split(" | ")[8] == "—"  # without a baseline in the run there is no speed-up
     partial = bench.run_bench(model, ["lists"], 3, configs, 0, progress=False, out=out, decode=False)
     assert out.read_text().splitlines() == stamp and len(partial) == 4  # the table of the 2 examples there
     with pytest.raises(bench.BenchError, match="--table-only"):

@@ -231,3 +231,22 @@ def test_block_committed_at_entry_never_clusters(tiny, monkeypatch):
     stepped = decode(tiny, ids, resolve("polestar", gen_length=32, block_length=8, tau_s=0.3), trace=True)
     multi = sorted({e.block for e in stepped.trace.events if e.step > 0})
     assert multi and blocks == multi
+
+
+def test_counters_match_the_trace(tiny):
+    """The untraced decode's counters equal what the trace records: refresh passes, and commits by reason
+    (drift, suffix and how many of those wrote EOS, forced). A permissive drift gate and suffix threshold make
+    every counter non-zero on the random tiny model."""
+    ids = torch.tensor(PROMPT)
+    cfg = resolve("polestar", gen_length=32, block_length=8, tau_s=0.3, tau_upd=1, alpha=0.0, tau_early=0.0,
+                  delta_max=100.0, tau_suffix=0.05)
+    traced, plain = decode(tiny, ids, cfg, trace=True), decode(tiny, ids, cfg)
+    assert torch.equal(traced.canvas, plain.canvas)
+    _, commits = traced.trace.frames()
+    suffix = commits[commits.reason == "suffix"]
+    expected = dict(refresh_steps=sum(e.kind == "refresh" for e in traced.trace.events),
+                    drift_commits=int((commits.reason == "drift").sum()), suffix_commits=len(suffix),
+                    suffix_eos_commits=int((suffix.token == tiny.eos_id).sum()),
+                    forced_commits=int((commits.reason == "forced").sum()))
+    assert plain.counters.as_dict() == traced.counters.as_dict() == expected
+    assert all(expected[k] > 0 for k in ("refresh_steps", "drift_commits", "suffix_commits", "forced_commits"))

@@ -20,51 +20,85 @@ def test_same_seed_same_examples(name):
     assert tasks.make(name, 40, seed=3) != tasks.make(name, 40, seed=4)
 
 
-def _fact(line: str) -> tuple[int, str, int, int]:
-    """(a, op, b, c) of a solution line `a op b = c`, checked to be true."""
-    a, op, b, eq, c = line.split()
-    a, b, c = int(a), int(b), int(c)
-    assert eq == "="
-    if op == "/":
-        assert a % b == 0
-    assert c == {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
-    return a, op, b, c
+_LINE = re.compile(r"(?:(?P<restate>[A-Z][^.]*\.) )?(?P<x>\d+) (?P<op>[-+*]) (?P<b>\d+): (?P<chunks>.+) so (?P<y>\d+)")
+_CHUNK = re.compile(r"(\d)([-+*])(\d)([-+])(\d)=(\d)(\d)")
 
 
-def _drillable(a: int, op: str, b: int, c: int) -> bool:
-    """The facts `arith-drill` draws from (its docstring's ranges)."""
-    top = arith.MAX_VALUE
-    return {"+": 2 <= c <= top and 1 <= b <= min(30, c - 1), "-": 2 <= a <= top and 1 <= b <= min(30, a - 1),
-            "*": 2 <= b <= 5 and 1 <= a <= top // b, "/": 2 <= b <= 6 and 1 <= c <= top // b}[op]
+def _check_line(line: str, drill: bool = False) -> tuple[int, str, int, int]:
+    """(x, op, b, y) of a worked solution line (a drill line has no restatement), every column checked."""
+    m = _LINE.fullmatch(line)
+    assert m and (m["restate"] is None) == drill, line
+    x, op, b, y = int(m["x"]), m["op"], int(m["b"]), int(m["y"])
+    assert y == {"+": x + b, "-": x - b, "*": x * b}[op] and 1 <= y <= arith.MAX_VALUE
+    if not drill:
+        assert f" {b} " in f" {m['restate'][:-1]} "  # the restatement names the event's number
+    chunks = m["chunks"].split(" ")
+    width = len(str(x)) if op == "*" else max(len(str(x)), len(str(b)))
+    assert len(chunks) == width, line
+    carry, written = 0, []
+    for i, chunk in enumerate(chunks):
+        a, op1, d, op2, c, out, digit = _CHUNK.fullmatch(chunk).groups()
+        a, d, c, out, digit = map(int, (a, d, c, out, digit))
+        assert op1 == op and c == carry and a == (x // 10**i) % 10
+        if op == "*":
+            assert op2 == "+" and d == b and a * b + c == 10 * out + digit
+        else:
+            assert op2 == op and d == (b // 10**i) % 10
+            value = a + d + c if op == "+" else a - d - c
+            assert (out, digit) == ((value // 10, value % 10) if op == "+" else (int(value < 0), value % 10))
+        carry = out
+        written.append(digit)
+    assert int("".join(map(str, [carry, *written[::-1]]))) == y  # the result is the chunks' digits, top first
+    return x, op, b, y
 
 
-def test_arith_reference_solutions_are_correct():
+def test_arith_worked_solutions_are_correct_and_long():
+    """Every line's scratchpad is right column by column; lines chain; 3–6 operations; `#### N` ends it; the
+    answer fits the piece bound that keeps it inside a 256-token canvas."""
+    counts = set()
     for ex in tasks.make("arith", 300, seed=0):
         lines = ex.answer.split("\n")
-        assert 2 <= len(lines) - 1 <= 4
+        counts.add(len(lines) - 1)
+        assert arith.MIN_OPS <= len(lines) - 1 <= arith.MAX_OPS
         value = None
         for line in lines[:-1]:
-            a, op, b, c = _fact(line)
-            assert value is None or a == value
-            assert 0 < c <= arith.MAX_VALUE
-            assert _drillable(a, op, b, c), f"{line}: a fact the drill never shows"
-            value = c
+            x, _, _, y = _check_line(line)
+            assert value is None or x == value
+            value = y
         assert lines[-1] == f"#### {value}" and ex.target == str(value)
+        assert arith.pieces(ex.answer) <= arith.MAX_ANSWER_PIECES
         assert tasks.score("arith", ex, ex.answer)
+    assert counts == set(range(arith.MIN_OPS, arith.MAX_OPS + 1))
 
 
-def test_arith_drill_lines_are_true_and_cover_the_facts():
-    facts = set()
-    for ex in tasks.make("arith-drill", 2000, seed=0, split="train"):
+def test_scratchpad_by_hand():
+    assert arith.scratchpad(68, "+", 57) == ("8+7+0=15 6+5+1=12", 125)
+    assert arith.scratchpad(403, "-", 58) == ("3-8-0=15 0-5-1=14 4-0-1=03", 345)
+    assert arith.scratchpad(198, "*", 2) == ("8*2+0=16 9*2+1=19 1*2+1=03", 396)
+    assert arith.scratchpad(5, "+", 120) == ("5+0+0=05 0+2+0=02 0+1+0=01", 125)
+
+
+def test_arith_drill_lines_are_worked_equations():
+    for ex in tasks.make("arith-drill", 300, seed=0, split="train"):
         lines = ex.answer.split("\n")
-        assert 4 <= len(lines) <= 9 and ex.prompt == ", ".join(line.split(" =")[0] for line in lines)
-        for line in lines:
-            fact = _fact(line)
-            assert _drillable(*fact)
-            facts.add(fact)
-        assert tasks.score("arith-drill", ex, ex.answer.replace("\n", " \n"))
-        assert not tasks.score("arith-drill", ex, ex.answer.rsplit(" ", 1)[0] + " 0")
-    assert {op for _, op, _, _ in facts} == set("+-*/") and len(facts) > 5000  # spread over the table
+        assert 3 <= len(lines) <= 6
+        facts = [_check_line(line, drill=True) for line in lines]
+        assert ex.prompt == ", ".join(f"{x} {op} {b}" for x, op, b, _ in facts)
+        assert tasks.score("arith-drill", ex, ex.answer)
+
+
+def test_arith_tokens_are_bounded_by_pieces(tmp_path):
+    """`pieces` bounds the token count under a digit tokenizer trained like the shipped one."""
+    from transformers import PreTrainedTokenizerFast
+
+    from polestar.train.tokenizer import train_tokenizer
+
+    corpus = [ex.prompt + "\n" + ex.answer for name in ("arith", "lists") for ex in tasks.make(name, 300, 1, "train")]
+    train_tokenizer(corpus, 600, tmp_path, split_digits=True)
+    tok = PreTrainedTokenizerFast.from_pretrained(str(tmp_path))
+    for ex in tasks.make("arith", 100, seed=0):
+        assert len(tok(ex.answer, add_special_tokens=False).input_ids) <= arith.pieces(ex.answer)
+    assert tok.tokenize(" 45 + 7") == ["Ġ4", "5", "Ġ+", "Ġ7"]
 
 
 def test_arith_scoring():
@@ -80,7 +114,8 @@ def test_lists_answers_and_scoring():
         op = next(k for k, phrasings in tasks.lists.OPS.items() if any(
             re.fullmatch(p.replace("{items}", ".*"), ex.prompt) for p in phrasings))
         items = ex.prompt.split(": ", 1)[1].split()
-        assert 4 <= len(items) <= 12
+        top = tasks.lists.SORT_MAX_ITEMS if op == "sort" else max(tasks.lists.MAX_ITEMS.values())
+        assert tasks.lists.MIN_ITEMS <= len(items) <= top
         key = int if items[0].isdigit() else str
         assert ex.target.split() == {"copy": items, "reverse": items[::-1], "sort": sorted(items, key=key)}[op]
         assert tasks.score("lists", ex, " " + ex.answer + " ")

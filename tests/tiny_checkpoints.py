@@ -1,5 +1,5 @@
 """Tiny random checkpoints written in the real published formats (config keys and tensor names typed out
-from `../shared/docs/checkpoints.md`, not derived from our adapters), with a small word-level tokenizer."""
+from `docs/checkpoints.md`, not derived from our adapters), with a small word-level tokenizer."""
 
 from __future__ import annotations
 

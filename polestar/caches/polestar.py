@@ -1,7 +1,7 @@
-"""Polestar-Cache and the drift signals of Polestar-Commit (arXiv 2607.14107; ../shared/docs/polestar-spec.md).
+"""Polestar-Cache and the drift signals of Polestar-Commit (arXiv 2607.14107; docs/algorithm.md).
 
 On top of Fast-dLLM's dual cache:
-- Block entry (spec §2): a full forward, or (entry_schedule) a windowed forward over the local window Ω_b
+- Block entry (docs/algorithm.md §2): a full forward, or (entry_schedule) a windowed forward over the local window Ω_b
   (prefix `window_prefix`·B and suffix `window_suffix`·B around the block) ∪ the block, reusing every other
   K/V row. Then, per layer, the window's layer inputs are clustered (spherical k-means, prefix and suffix
   separately), stored as residuals against their centroids in `hidden_format`, and each centroid's

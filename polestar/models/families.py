@@ -3,7 +3,7 @@
 LLaDA (`model_type` "llada", `LLaDAModelLM`): OLMo-style keys (`d_model`, `n_heads`...), tensors under
 `model.transformer.`, untied LM head `model.transformer.ff_out`, no logit shift, RoPE rotated in fp32.
 Dream (`model_type` "Dream", `DreamModel`): Qwen2 keys and names, q/k/v bias, grouped K/V heads, logits
-shifted right by one, RoPE in the activation dtype. See `../shared/docs/checkpoints.md` §1–2.
+shifted right by one, RoPE in the activation dtype. See `docs/checkpoints.md` §1–2.
 Adapters own no decoding logic.
 """
 

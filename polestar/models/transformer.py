@@ -1,6 +1,6 @@
 """One bidirectional pre-norm transformer serving LLaDA and Dream (per-family differences live in `ModelSpec`).
 
-Math per layer (checkpoints.md §1.4, §2.3): x = h + W_o·Attn(RoPE(W_q·n(h)), RoPE(W_k·n(h)), W_v·n(h));
+Math per layer (docs/checkpoints.md §1.3, §2.2): x = h + W_o·Attn(RoPE(W_q·n(h)), RoPE(W_k·n(h)), W_v·n(h));
 out = x + W_down·(SiLU(W_gate·n'(x)) ⊙ W_up·n'(x)), with RMSNorm n computed in fp32, cast back to the
 activation dtype, then scaled by its weight. Attention is fully bidirectional (no mask), scale 1/√head_dim,
 and grouped-query heads share K/V consecutively (query head h reads K/V head h // (n_heads / n_kv_heads)).

@@ -87,9 +87,9 @@ class FactorPolicy:
 
 
 class DriftCommitPolicy(ThresholdPolicy):
-    """Polestar-Commit, current block (spec §3): the threshold rule, plus an early commit of a masked position
-    with τ_early < c < τ_s whose drift delta Δ satisfies τ_d ≤ Δ < δ_max, where τ_d = α(τ_s − c)²: the less
-    confident a token, the sharper the drift event it needs."""
+    """Polestar-Commit, current block (docs/algorithm.md §3): the threshold rule, plus an early commit of a
+    masked position with τ_early < c < τ_s whose drift delta Δ satisfies τ_d ≤ Δ < δ_max, where
+    τ_d = α(τ_s − c)²: the less confident a token, the sharper the drift event it needs."""
 
     def __init__(self, tau_s: float, alpha: float, tau_early: float, delta_max: float) -> None:
         super().__init__(tau_s)

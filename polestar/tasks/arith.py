@@ -1,8 +1,18 @@
-"""`arith`: GSM8K-style word problems with a worked solution, one line per operation, ending `#### N`.
+"""`arith`: GSM8K-style word problems of 3–6 operations with a long, teachable worked solution ending `#### N`.
 
-A story starts with someone owning some objects; 2–4 events then add, remove, multiply or split them
-evenly (exact division). Numbers stay small (every intermediate result is in [1, MAX_VALUE]) so a model of a
-few million parameters can learn the arithmetic.
+A story starts with someone owning some objects; 3–6 events then add, remove or multiply them. The worked
+solution has one line per event: it restates the event in words, writes the equation and does the arithmetic
+as a column scratchpad from the units digit up, then writes the result:
+
+    Buys 57 more. 68 + 57: 8+7+0=15 6+5+1=12 so 125
+
+Each chunk `a+b+c=ds` is one column: the two digits, the carry in, then the carry out and the written digit
+(`a-b-c=ds` for a difference: the borrow out and the digit; `a*m+c=ds` for a product by one digit). With one
+token per digit every written digit is a function of a few nearby tokens, so the model learns the 100 one-digit
+facts and a carry rule instead of a table of whole sums (docs/model_card.md in the model folder states this).
+Every intermediate result is in [1, MAX_VALUE]; answers longer than MAX_ANSWER_PIECES pieces (digits, words and
+punctuation marks, each at most one token of the shipped tokenizer) are redrawn, so none overflows a 256-token
+canvas.
 """
 
 from __future__ import annotations
@@ -12,7 +22,9 @@ import re
 
 from polestar.tasks.base import Example
 
-MAX_VALUE = 200
+MAX_VALUE = 999
+MIN_OPS, MAX_OPS = 3, 6
+MAX_ANSWER_PIECES = 248  # ≤ 248 tokens + EOS: fits a 256-token canvas with room to spare
 NAMES = (
     "Ava Ben Carla Dev Elena Farid Gita Hugo Iris Jonas Kemal Lena Mateo Nadia Omar Priya Quinn Rosa Sami Tara "
     "Umar Vera Wen Xavi Yara Zane Amir Bea Chen Dora Eli Fiona"
@@ -28,101 +40,124 @@ START = (
     "There are {x} {o} in {n}'s box.",
     "{n} owns {x} {o}.",
 )
+# (story sentence, the solution's restatement): the restatement names the same event in a few words
 ADD = (
-    "Then {n} buys {b} more.",
-    "A friend gives {n} {b} more {o}.",
-    "{n} finds {b} more {o}.",
-    "Later {n} gets {b} more.",
-    "{n} wins {b} more {o} at a fair.",
+    ("Then {n} buys {b} more.", "Buys {b} more."),
+    ("A friend gives {n} {b} more {o}.", "Gets {b} from a friend."),
+    ("{n} finds {b} more {o}.", "Finds {b} more."),
+    ("Later {n} gets {b} more.", "Gets {b} more."),
+    ("{n} wins {b} more {o} at a fair.", "Wins {b} more."),
 )
 SUB = (
-    "Then {n} gives away {b}.",
-    "{n} loses {b} of the {o}.",
-    "{n} gives {b} {o} to a friend.",
-    "Later {n} uses {b} of them.",
-    "{n} sells {b} {o}.",
+    ("Then {n} gives away {b}.", "Gives away {b}."),
+    ("{n} loses {b} of the {o}.", "Loses {b}."),
+    ("{n} gives {b} {o} to a friend.", "Gives {b} to a friend."),
+    ("Later {n} uses {b} of them.", "Uses {b}."),
+    ("{n} sells {b} {o}.", "Sells {b}."),
 )
 MUL = (
-    "Then the number of {o} becomes {b} times as large.",
-    "{n} ends up with {b} times as many {o}.",
-    "A machine makes {b} copies of the whole pile, so {n} has {b} times as many.",
-    "{n} multiplies the collection by {b}.",
-)
-DIV = (
-    "{n} splits the {o} into {b} equal groups and keeps one group.",
-    "{n} shares the {o} equally with friends so there are {b} equal parts, and keeps one part.",
-    "Then {n} keeps only one of {b} equal piles.",
+    ("Then the number of {o} becomes {b} times as large.", "Becomes {b} times as many."),
+    ("{n} ends up with {b} times as many {o}.", "Gets {b} times as many."),
+    ("A machine makes copies of the pile until {n} has {b} times as many.", "Copies to {b} times as many."),
+    ("{n} multiplies the collection by {b}.", "Multiplies by {b}."),
 )
 QUESTIONS = (
     "How many {o} does {n} have now?",
     "How many {o} are left in the end?",
     "How many {o} does {n} end up with?",
 )
+_OP_WEIGHTS = {"+": 3, "-": 3, "*": 2}
 
 
-def _step(rng: random.Random, x: int) -> tuple[str, int, tuple[str, ...]] | None:
-    op = rng.choice("+-*/")
-    if op == "+" and x < MAX_VALUE - 1:
-        return op, rng.randint(1, min(30, MAX_VALUE - x)), ADD
-    if op == "-" and x > 2:
-        return op, rng.randint(1, min(30, x - 1)), SUB
+def _digits(x: int, width: int) -> list[int]:
+    """The `width` lowest decimal digits of x, units first (zero-filled)."""
+    return [(x // 10**i) % 10 for i in range(width)]
+
+
+def scratchpad(x: int, op: str, b: int) -> tuple[str, int]:
+    """The column chunks of `x op b` from the units digit up, and the result.
+
+    `+`: `a+b+c=ds` (c the carry in, d the carry out, s the digit written); `-` (x > b): `a-b-c=ds` (c the
+    borrow in, d the borrow out, so a − b − c = s − 10·d); `*` (b one digit): `a*b+c=ds` (a·b + c = 10·d + s,
+    d ≤ 8 the carry into the next column)."""
+    if op == "*":
+        chunks, carry = [], 0
+        for a in _digits(x, len(str(x))):
+            value = a * b + carry
+            chunks.append(f"{a}*{b}+{carry}={value // 10}{value % 10}")
+            carry = value // 10
+        return " ".join(chunks), x * b
+    width = max(len(str(x)), len(str(b)))
+    chunks, carry = [], 0
+    for a, d in zip(_digits(x, width), _digits(b, width)):
+        if op == "+":
+            value = a + d + carry
+            out, digit = value // 10, value % 10
+        else:
+            value = a - d - carry
+            out, digit = int(value < 0), value % 10
+        chunks.append(f"{a}{op}{d}{op}{carry}={out}{digit}")
+        carry = out
+    return " ".join(chunks), x + b if op == "+" else x - b
+
+
+def pieces(text: str) -> int:
+    """An upper bound on the tokens of `text` under the shipped tokenizer: one per digit, per word and per
+    punctuation mark (its BPE merges only letters, and a space into the piece after it)."""
+    return len(re.findall(r"\d|[A-Za-z']+|[^\w\s]|\n", text))
+
+
+def _operand(rng: random.Random, x: int) -> tuple[str, int] | None:
+    op = rng.choices(tuple(_OP_WEIGHTS), weights=tuple(_OP_WEIGHTS.values()))[0]
+    if op == "+" and x <= MAX_VALUE - 2:
+        return op, rng.randint(2, min(300, MAX_VALUE - x))
+    if op == "-" and x >= 3:
+        return op, rng.randint(2, min(300, x - 1))
     if op == "*" and 2 * x <= MAX_VALUE:
-        return op, rng.randint(2, min(5, MAX_VALUE // x)), MUL
-    if op == "/":
-        divisors = [b for b in range(2, 7) if x % b == 0 and x // b >= 1]
-        if divisors:
-            return op, rng.choice(divisors), DIV
+        return op, rng.randint(2, min(9, MAX_VALUE // x))
     return None
 
 
+def solution_line(restatement: str, x: int, op: str, b: int) -> tuple[str, int]:
+    chunks, y = scratchpad(x, op, b)
+    return f"{restatement} {x} {op} {b}: {chunks} so {y}", y
+
+
 def candidate(rng: random.Random) -> Example:
-    name, obj = rng.choice(NAMES), rng.choice(OBJECTS)
-    x = rng.randint(2, 40)
-    story = [rng.choice(START).format(n=name, x=x, o=obj)]
-    lines = []
-    n_ops = rng.randint(2, 4)
-    while len(lines) < n_ops:
-        step = _step(rng, x)
-        if step is None:
-            continue
-        op, b, phrases = step
-        y = {"+": x + b, "-": x - b, "*": x * b, "/": x // b}[op]
-        story.append(rng.choice(phrases).format(n=name, b=b, o=obj))
-        lines.append(f"{x} {op} {b} = {y}")
-        x = y
-    story.append(rng.choice(QUESTIONS).format(n=name, o=obj))
-    answer = "\n".join(lines) + f"\n#### {x}"
-    return Example(task="arith", prompt=" ".join(story), answer=answer, target=str(x))
+    while True:
+        name, obj = rng.choice(NAMES), rng.choice(OBJECTS)
+        x = rng.randint(10, 400)
+        story = [rng.choice(START).format(n=name, x=x, o=obj)]
+        lines: list[str] = []
+        n_ops = rng.randint(MIN_OPS, MAX_OPS)
+        while len(lines) < n_ops:
+            step = _operand(rng, x)
+            if step is None:
+                continue
+            op, b = step
+            sentence, restatement = rng.choice({"+": ADD, "-": SUB, "*": MUL}[op])
+            story.append(sentence.format(n=name, b=b, o=obj))
+            line, x = solution_line(restatement.format(b=b), x, op, b)
+            lines.append(line)
+        story.append(rng.choice(QUESTIONS).format(n=name, o=obj))
+        answer = "\n".join(lines) + f"\n#### {x}"
+        if pieces(answer) <= MAX_ANSWER_PIECES:
+            return Example(task="arith", prompt=" ".join(story), answer=answer, target=str(x))
 
 
 def candidate_drill(rng: random.Random) -> Example:
-    """A training drill of bare equations, many facts per token: the prompt lists 4–9 left-hand sides
-    (`37 + 20, 115 - 13, …`), the answer writes each as a solution line (`37 + 20 = 57`). Operands are
-    uniform over every fact the word problems can ask (each result in [1, MAX_VALUE], `+`/`−` by at most 30,
-    `×` by 2–5, exact `÷` by 2–6), weighted toward `+` and `−`."""
-    lines = []
-    for _ in range(rng.randint(4, 9)):
-        op = rng.choices("+-*/", weights=(4, 4, 1, 1))[0]
-        if op == "+":
-            y = rng.randint(2, MAX_VALUE)
-            b = rng.randint(1, min(30, y - 1))
-            x = y - b
-        elif op == "-":
-            x = rng.randint(2, MAX_VALUE)
-            b = rng.randint(1, min(30, x - 1))
-            y = x - b
-        elif op == "*":
-            b = rng.randint(2, 5)
-            x = rng.randint(1, MAX_VALUE // b)
-            y = x * b
-        else:
-            b = rng.randint(2, 6)
-            y = rng.randint(1, MAX_VALUE // b)
-            x = y * b
-        lines.append((f"{x} {op} {b}", y))
-    prompt = ", ".join(left for left, _ in lines)
-    answer = "\n".join(f"{left} = {y}" for left, y in lines)
-    return Example(task="arith-drill", prompt=prompt, answer=answer, target=answer)
+    """A training drill of bare equations, the scratchpads of `arith` many per token: the prompt lists 3–6
+    left-hand sides (`37 + 208, 115 - 13, 42 * 7`), the answer works each out as a solution line without the
+    restatement (`37 + 208: 7+8+0=15 3+0+1=04 0+2+0=02 so 245`). Operands are drawn like the word problems'."""
+    lines, lefts = [], []
+    for _ in range(rng.randint(3, 6)):
+        while (step := _operand(rng, x := rng.randint(3, MAX_VALUE - 2))) is None:
+            pass
+        op, b = step
+        lefts.append(f"{x} {op} {b}")
+        lines.append(solution_line("", x, op, b)[0].lstrip())
+    answer = "\n".join(lines)
+    return Example(task="arith-drill", prompt=", ".join(lefts), answer=answer, target=answer)
 
 
 _FINAL = re.compile(r"####\s*(-?\d+)")

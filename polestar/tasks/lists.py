@@ -1,6 +1,9 @@
-"""`lists`: copy, reverse or sort 4–12 numbers or words (ParallelBench's "waiting line" tasks).
+"""`lists`: copy, reverse or sort numbers or words (ParallelBench's "waiting line" tasks).
 
-The answer is the resulting items separated by single spaces; scoring is exact match on the item sequence.
+List lengths are log-uniform from MIN_ITEMS to a per-operation maximum, so answers span a few tokens to a
+full 256-token canvas for copy and reverse (MAX_ITEMS; a number 0–99 is one or two digit tokens, a word one
+token) and up to SORT_MAX_ITEMS items for sort, the one operation that needs more than copying. The answer is
+the resulting items separated by single spaces; scoring is exact match on the item sequence.
 """
 
 from __future__ import annotations
@@ -8,6 +11,10 @@ from __future__ import annotations
 import random
 
 from polestar.tasks.base import Example
+
+MIN_ITEMS = 4
+MAX_ITEMS = {"numbers": 120, "words": 200}  # ≤ 240 and ≤ 200 tokens: a canvas of 256 holds the answer and EOS
+SORT_MAX_ITEMS = 32
 
 WORDS = (
     "ant bear cat deer eagle fox goat hare ibis jay kiwi lion mole newt owl pig quail rat seal toad urchin "
@@ -25,8 +32,10 @@ OPS = {
 
 def candidate(rng: random.Random, ops: tuple[str, ...] = tuple(OPS), words_only: bool = False) -> Example:
     op = rng.choice(ops)
-    k = rng.randint(4, 12)
-    if not words_only and rng.random() < 0.5:
+    numbers = not words_only and rng.random() < 0.5
+    top = SORT_MAX_ITEMS if op == "sort" else MAX_ITEMS["numbers" if numbers else "words"]
+    k = round(MIN_ITEMS * (top / MIN_ITEMS) ** rng.random())
+    if numbers:
         items = [str(rng.randint(0, 99)) for _ in range(k)]
         key = int
     else:

@@ -112,7 +112,7 @@ def main() -> None:
         print(json.dumps({"forward_320_ms_median": round(time_forward(model), 2), "threads": torch.get_num_threads()}))
     for task in args.tasks.split(","):
         if args.fill is not None:
-            print(json.dumps(fill_accuracy(model, task, args.n, args.seed, args.fill)), flush=True)
+            print(json.dumps(fill_accuracy(model, task, args.n, args.seed, args.fill, args.gen_length)), flush=True)
             continue
         result = evaluate(model, task, args.n, args.seed, args.gen_length, args.block_length, args.threshold,
                           args.batch)

@@ -1,8 +1,8 @@
 """A byte-level BPE tokenizer trained on the task corpus, saved in Hugging Face layout with LLaDA's special
 tokens and a LLaDA-style chat template, so it loads through AutoTokenizer exactly like the real checkpoints.
 
-Digits are split one per token: the model then learns place-value arithmetic instead of memorising a token
-per number.
+Digits are split one per token (a space before a digit stays with it, so ` 45` is ` 4` + `5`): the model then
+learns place-value arithmetic from the 100 one-digit facts instead of memorising a token per number.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ CHAT_TEMPLATE = (
 def train_tokenizer(corpus: list[str], vocab_size: int, out_dir: Path, split_digits: bool = True) -> dict[str, int]:
     """Train on `corpus`, write tokenizer.json + tokenizer_config.json into `out_dir`; return special ids.
     `split_digits=False` lets BPE merge frequent numbers into single tokens (' 41' is one token)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-                         if split_digits else byte_level)
+    one_digit = pre_tokenizers.Split(Regex(r" ?[0-9]"), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Sequence([one_digit, byte_level]) if split_digits else byte_level
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

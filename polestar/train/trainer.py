@@ -91,7 +91,7 @@ class TrainConfig:
 
 
 def llada_config(cfg: TrainConfig, special: dict[str, int]) -> dict:
-    """config.json in LLaDA-8B-Instruct's exact keys (checkpoints.md §1.1), for our size."""
+    """config.json in LLaDA-8B-Instruct's exact keys (docs/checkpoints.md §1.1), for our size."""
     return {
         "model_type": "llada", "architectures": ["LLaDAModelLM"], "d_model": cfg.d_model, "n_heads": cfg.n_heads,
         "n_kv_heads": cfg.n_heads, "n_layers": cfg.n_layers, "mlp_hidden_size": cfg.mlp_hidden, "mlp_ratio": 4,
