@@ -1,13 +1,11 @@
 """Screenshots of the app for the README: the main view after a run, a comparison and a sweep.
 
-    python analysis/app_screenshots.py   # writes docs/screenshots/{main,compare,sweep}.png (needs chromium)
+    python -m analysis.app_screenshots   # writes docs/screenshots/{main,compare,sweep}.png (needs chromium)
 """
 
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]

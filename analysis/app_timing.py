@@ -1,16 +1,12 @@
 """Measure the app against its targets: time from Run to the first streamed update and to the end for the
 default example, and the cost of a traced decode against an untraced one. Prints one JSON line.
 
-    python analysis/app_timing.py
+    python -m analysis.app_timing
 """
 
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """Per-step cost of Polestar against Fast-dLLM on a random-weight model of LLaDA-8B-Instruct's shape (bf16), where
 tokens per forward do not matter but the cost of each step does (issue: kernels, paper Fig 12).
 
-    python analysis/step_cost.py                        # CUDA, LLaDA-8B shape, generation 256 and 512
-    python analysis/step_cost.py --device cpu --small   # smoke run: the embedded model's shape, random weights
+    python -m analysis.step_cost                        # CUDA, LLaDA-8B shape, generation 256 and 512
+    python -m analysis.step_cost --device cpu --small   # smoke run: the embedded model's shape, random weights
 
 Random weights give near-uniform confidences, so both methods commit about one token per step and run the same
 number of steps per block; the step times (from the decode trace, CUDA-synchronised) are then comparable. Prints
@@ -15,10 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 LLADA_8B = {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 32, "mlp_hidden": 12288,
             "vocab_size": 126464}

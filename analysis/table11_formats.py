@@ -1,12 +1,8 @@
 """Table 11 on the embedded model: the format of Polestar's cached window hidden states.
 
-    python analysis/table11_formats.py compute --n 200 && python analysis/table11_formats.py plot
+    python -m analysis.table11_formats compute --n 200 && python -m analysis.table11_formats plot
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analysis.tables import main  # noqa: E402
 from polestar.config import resolve  # noqa: E402

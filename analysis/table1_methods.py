@@ -1,13 +1,9 @@
 """Table 1 on the embedded model: baseline, Fast-dLLM, Elastic-Cache, d2Cache, EntropyCache, Polestar.
 
-    python analysis/table1_methods.py compute --n 200 --gen-length 256   # resumable
-    python analysis/table1_methods.py plot --gen-length 256
+    python -m analysis.table1_methods compute --n 200 --gen-length 256   # resumable
+    python -m analysis.table1_methods plot --gen-length 256
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analysis.tables import main  # noqa: E402
 from polestar.config import resolve  # noqa: E402

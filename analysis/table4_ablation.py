@@ -1,12 +1,8 @@
 """Table 4 on the embedded model: Fast-dLLM -> +Polestar-Cache -> +current-block commit -> +suffix commit.
 
-    python analysis/table4_ablation.py compute --n 200 && python analysis/table4_ablation.py plot
+    python -m analysis.table4_ablation compute --n 200 && python -m analysis.table4_ablation plot
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analysis.tables import main  # noqa: E402
 from polestar.config import resolve  # noqa: E402

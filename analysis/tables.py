@@ -75,5 +75,5 @@ def main(table: str, title: str, make_configs: Callable[[argparse.Namespace], di
         path = compute(name, make_configs(args), args.suites.split(","), args.n, args.seed, args.model, baseline)
         print(f"wrote {path}")
     if args.step in ("plot", "all"):
-        command = f"python analysis/{table}.py plot --gen-length {args.gen_length}"
+        command = f"python -m analysis.{table} plot --gen-length {args.gen_length}"
         print(f"wrote {plot(name, baseline, f'{title} (generation {args.gen_length})', command, args.model)}")

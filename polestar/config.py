@@ -19,6 +19,7 @@ class CommitRule(StrEnum):
     QUOTA = "quota"  # LLaDA low-confidence remasking: a planned number of tokens per step
     THRESHOLD = "threshold"  # Fast-dLLM: every confidence ≥ tau_s, plus the forced top-1
     FACTOR = "factor"  # Fast-dLLM parallel factor: largest n with (n+1)(1 − c(n)) ≤ factor
+    DRIFT = "drift"  # Polestar-Commit: the threshold rule + an early commit on drift events (needs cache=polestar)
 
 
 class EntrySchedule(StrEnum):
@@ -75,7 +76,8 @@ class DecodeConfig:
     entropy_k: int = _f(4, "EntropyCache: recently decoded tokens re-queried on skip steps", "entropycache",
                         0, 256, 1)
     polestar_cache: bool = _f(True, "Polestar-Cache: windowed entries, clustered drift, sparse refresh", "polestar")
-    current_commit: bool = _f(True, "Polestar-Commit: early commit on drift events in the current block", "polestar")
+    current_commit: bool = _f(True, "Polestar-Commit: early commit on drift events in the current block (with "
+                              "commit='drift'; off, the drift rule is its threshold base)", "polestar")
     suffix_commit: bool = _f(True, "Polestar-Commit: commit suffix tokens from refreshed logits", "polestar")
     window_prefix: int = _f(2, "local window before the block, in blocks (2 = 2B)", "polestar", 0, 8, 1)
     window_suffix: int = _f(1, "local window after the block, in blocks (1 = B)", "polestar", 0, 8, 1)
@@ -136,6 +138,9 @@ class DecodeConfig:
                 f"gen_length={self.gen_length} is not a multiple of block_length={self.block_length}: "
                 f"pick a gen_length in steps of {self.block_length}"
             )
+        if self.commit == CommitRule.DRIFT and self.cache != CacheKind.POLESTAR:
+            raise ConfigError(f"commit='drift' reads the token drift that only cache='polestar' measures (cache is "
+                              f"{str(self.cache)!r}): use commit='threshold' or cache='polestar'")
         n_blocks = self.gen_length // self.block_length
         if self.commit == CommitRule.QUOTA and self.total_steps % n_blocks:
             raise ConfigError(
@@ -169,8 +174,8 @@ ELASTIC_CACHE = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.ELASTI
 D2CACHE = DecodeConfig(commit=CommitRule.QUOTA, cache=CacheKind.D2, prior_sigma=10.0)
 # EntropyCache (reconstructed): threshold decoding on the d2Cache-style query forward, entropy-triggered refresh.
 ENTROPY_CACHE = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.ENTROPY)
-# Polestar (paper Table 5 defaults) on Fast-dLLM's dual cache + threshold rule.
-POLESTAR = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.POLESTAR)
+# Polestar (paper Table 5 defaults) on Fast-dLLM's dual cache + the threshold rule with drift commits.
+POLESTAR = DecodeConfig(commit=CommitRule.DRIFT, cache=CacheKind.POLESTAR)
 POLESTAR_CACHE_ONLY = POLESTAR.replace(current_commit=False, suffix_commit=False)
 # The public code's choices: windowed entry only every 4th block, top-1 cluster at the last layer.
 POLESTAR_CODE = POLESTAR.replace(entry_schedule=EntrySchedule.CODE, top_k_last_layer=1)

@@ -1,6 +1,6 @@
 """The decode loop: the only block/step loop in the project. Every method is a cache policy × a commit rule.
 
-Terms (LLaDA arXiv 2502.09992, Fast-dLLM arXiv 2505.22618, Polestar arXiv 2607.14107):
+Terms (arXiv 2502.09992, 2505.22618, 2607.14107; docs/algorithm.md §0):
 - canvas: prompt (P tokens) + G = gen_length positions initialised to the mask token;
 - block b: positions [P + bB, P + (b+1)B), decoded left to right (semi-autoregressive);
 - step: one forward while block b still has masks (the loop never stops at the first EOS: the whole
@@ -10,7 +10,11 @@ Terms (LLaDA arXiv 2502.09992, Fast-dLLM arXiv 2505.22618, Polestar arXiv 2607.1
   all committed tokens / NFE; TPS = non-EOS tokens / decode wall time (device synchronised).
 Per step: the commit window gives the target positions (the block's masks, or the first W masked positions
 with a sliding window); the cache policy runs one forward and returns logits for them; proposals and
-confidences follow; the commit rule picks positions; the loop writes them into the canvas.
+confidences follow; a ranker orders them; the commit rule picks positions (reading the pass's per-target
+signals if it needs any); the loop writes them into the canvas, commits the extra targets the pass offers
+(predictions beyond the commit window) with the extra-target rule, and lets the cache policy observe the step.
+The loop knows no method: adding one is a cache policy and/or a commit rule plus a preset (README,
+"Development").
 """
 
 from __future__ import annotations
@@ -23,28 +27,29 @@ from typing import Callable
 import torch
 
 from polestar import profiling
-from polestar.caches import make_cache_policy
-from polestar.caches.base import StepView
-from polestar.config import CommitRule, DecodeConfig
+from polestar.caches import CachePolicy, make_cache_policy
+from polestar.caches.base import Pass, StepView
+from polestar.config import DecodeConfig
 from polestar.errors import ConfigError
-from polestar.policies.commit import make_commit_policy
-from polestar.policies.sampling import certainty_density, propose
-from polestar.reference import planned_commits
+from polestar.kinds import REFRESH_KINDS, CommitReason
+from polestar.policies.commit import (CommitContext, CommitPolicy, Selection, make_commit_policy,
+                                      make_extra_target_policy)
+from polestar.policies.ranking import make_ranker
+from polestar.policies.sampling import propose
 from polestar.staleness import kv_staleness
 from polestar.trace import Commit, StepEvent, Trace
 
 log = logging.getLogger(__name__)
-REFRESH_KINDS = ("refresh", "partial-refresh")  # pass kinds that recompute stale cache entries
 
 
 @dataclass(frozen=True)
 class DecodeCounters:
     """What the policies did in one decode, counted without a trace (one host sync at the end)."""
 
-    refresh_steps: int  # forwards that refreshed stale cache entries (Polestar's "refresh", Elastic's partial)
-    drift_commits: int  # current-block commits made by the drift rule (Polestar-Commit)
-    suffix_commits: int  # positions beyond the block committed from refreshed suffix logits
-    suffix_eos_commits: int  # the subset of suffix commits that wrote EOS
+    refresh_steps: int  # forwards that recomputed stale cache entries (a pass kind in REFRESH_KINDS)
+    drift_commits: int  # commits a rule made for a drift event (CommitReason.DRIFT)
+    suffix_commits: int  # extra-target commits beyond the commit window (CommitReason.SUFFIX)
+    suffix_eos_commits: int  # the subset of those that wrote EOS
     forced_commits: int  # commits made only by the progress guarantee (no position passed the rule)
 
     def as_dict(self) -> dict[str, int]:
@@ -91,9 +96,12 @@ def decode(
     cfg: DecodeConfig,
     trace: bool = False,
     on_step: Callable[[StepEvent, torch.Tensor], bool | None] | None = None,
+    cache_policy: CachePolicy | None = None,
+    commit_policy: CommitPolicy | None = None,
 ) -> DecodeResult:
     """Decode `prompt_ids` [1, P] with `cfg`. `on_step(event, canvas)` is called after every step when given
-    (it implies tracing; its own time is excluded from the wall time); returning True stops the decode."""
+    (it implies tracing; its own time is excluded from the wall time); returning True stops the decode.
+    `cache_policy` and `commit_policy` replace the ones `cfg` names (a method under development, or a test's)."""
     if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1:
         raise ConfigError(f"prompt_ids must have shape [1, prompt_len] (batch 1), got {list(prompt_ids.shape)}")
     prompt_len = prompt_ids.shape[1]
@@ -110,9 +118,11 @@ def decode(
     masks = torch.full((1, cfg.gen_length), mask_id, dtype=prompt_ids.dtype, device=device)
     canvas = torch.cat([prompt_ids, masks], dim=1)
     generator = torch.Generator(device=device).manual_seed(cfg.seed) if cfg.temperature > 0 else None
-    cache_policy = make_cache_policy(cfg, model)
+    cache_policy = make_cache_policy(cfg, model) if cache_policy is None else cache_policy
     cache_policy.traced = trace
-    commit_policy = make_commit_policy(cfg)
+    commit_policy = make_commit_policy(cfg) if commit_policy is None else commit_policy
+    extra_policy = make_extra_target_policy(cfg)
+    ranker = make_ranker(cfg, mask_id)
     steps_per_block = cfg.total_steps // cfg.n_blocks
     record = Trace(prompt_len, cfg.gen_length, cfg.block_length) if trace else None
     nfe, stop, excluded, refresh_steps = 0, False, 0.0, 0
@@ -127,7 +137,7 @@ def decode(
         n_masked = int((canvas[0, start:end] == mask_id).sum())
         if n_masked == 0:
             continue
-        plan = planned_commits(n_masked, steps_per_block) if cfg.commit == CommitRule.QUOTA else []
+        block_masks = n_masked
         view = StepView(canvas, prompt_len, block, start, end, 0, _targets(canvas, start, end, cfg, mask_id))
         cache_policy.begin_block(view)
         while n_masked > 0 and not stop:
@@ -143,22 +153,20 @@ def decode(
                 excluded += time.perf_counter() - t_measure
             with profiling.section("propose + commit"):
                 tokens, confidence = propose(result.logits, cfg.temperature, generator, mask_id)
-                rank = confidence
-                if cfg.prior_sigma > 0:
-                    decoded = canvas[:, prompt_len:] != mask_id
-                    rank = confidence * certainty_density(decoded, cfg.prior_sigma)[:, view.targets - prompt_len]
-                k = plan[view.step] if view.step < len(plan) else 1
-                commit = commit_policy.select(confidence, rank, k, result.delta)
-                chosen = commit.mask[0]
+                rank = ranker(confidence, canvas, prompt_len, view.targets)
+                ctx = CommitContext(view.step, block_masks, steps_per_block, result.signals)
+                selection = commit_policy.select(confidence, rank, ctx)
+                chosen = selection.mask[0]
                 canvas[0, view.targets[chosen]] = tokens[0, chosen]
-                suffix = _suffix_commits(result, cfg, generator, mask_id, canvas)
+                extra = _extra_commits(result, extra_policy, cfg, generator, mask_id, canvas)
                 refresh_steps += result.kind in REFRESH_KINDS
-                counts += _step_counts(commit, suffix, model.eos_id, device)
+                counts += _step_counts(selection, extra, model.eos_id, device)
                 cache_policy.observe(view, result.logits, chosen)
                 n_masked = int((canvas[0, start:end] == mask_id).sum())
             if record is not None:
                 _sync(device)
-                event = _event(view, result, nfe, tokens, confidence, commit, cfg, t_step, suffix, commit_policy)
+                event = _event(view, result, nfe, tokens, confidence, selection, commit_policy, ctx, t_step, extra,
+                               extra_policy)
                 if staleness is not None:
                     event.extra["staleness"] = staleness.tolist()
                 record.events.append(event)
@@ -186,15 +194,6 @@ def decode(
     )
 
 
-def _step_counts(commit, suffix, eos_id: int, device: torch.device) -> torch.Tensor:
-    """This step's [drift commits, suffix commits, suffix EOS commits, forced commits] as a device tensor."""
-    zero = torch.zeros((), dtype=torch.long, device=device)
-    drift = zero if commit.drift is None else commit.drift.sum()
-    suffix_n = zero if suffix is None else torch.tensor(len(suffix[0]), device=device)
-    suffix_eos = zero if suffix is None else (suffix[1] == eos_id).sum()
-    return torch.stack([drift, suffix_n, suffix_eos, commit.forced.sum()])
-
-
 def _targets(canvas: torch.Tensor, start: int, end: int, cfg: DecodeConfig, mask_id: int) -> torch.Tensor:
     """Positions eligible for commit: the block's masks, or the first `window` masks from the block start."""
     if cfg.window > 0:
@@ -202,46 +201,60 @@ def _targets(canvas: torch.Tensor, start: int, end: int, cfg: DecodeConfig, mask
     return (canvas[0, start:end] == mask_id).nonzero().flatten() + start
 
 
-def _suffix_commits(result, cfg: DecodeConfig, generator, mask_id: int, canvas: torch.Tensor):
-    """Polestar's suffix commit: fresh predictions beyond the block commit iff confidence ≥ τ_suffix (no
-    forced token). Returns (positions, tokens, confidences) committed, or None."""
-    if result.suffix_positions is None or not cfg.suffix_commit:
+def _extra_commits(result: Pass, policy, cfg: DecodeConfig, generator, mask_id: int, canvas: torch.Tensor):
+    """Commit among the pass's extra targets (predictions beyond the commit window) with the extra-target rule.
+    Returns (positions, tokens, confidences) committed, or None."""
+    if result.extra_targets is None or policy is None:
         return None
-    tokens, confidence = propose(result.suffix_logits, cfg.temperature, generator, mask_id)
-    ok = (confidence[0] >= cfg.tau_suffix) & (canvas[0, result.suffix_positions] == mask_id)
-    positions = result.suffix_positions[ok]
+    positions = result.extra_targets.positions
+    tokens, confidence = propose(result.extra_targets.logits, cfg.temperature, generator, mask_id)
+    ok = policy.select(confidence, (canvas[:, positions] == mask_id))[0]
+    positions = positions[ok]
     canvas[0, positions] = tokens[0, ok]
     return positions, tokens[0, ok], confidence[0, ok]
 
 
-def _event(view: StepView, result, nfe: int, tokens, confidence, commit, cfg: DecodeConfig, t0: float,
-           suffix, commit_policy) -> StepEvent:
-    chosen = commit.mask[0]
-    base_reason = {CommitRule.QUOTA: "quota", CommitRule.THRESHOLD: "threshold", CommitRule.FACTOR: "factor"}
-    reasons = [base_reason[cfg.commit]] * len(view.targets)
-    for i in commit.forced[0].nonzero().flatten().tolist():
-        reasons[i] = "forced"
-    if commit.drift is not None:
-        for i in commit.drift[0].nonzero().flatten().tolist():
-            reasons[i] = "drift"
+def _step_counts(selection: Selection, extra, eos_id: int, device: torch.device) -> torch.Tensor:
+    """This step's [drift commits, extra-target commits, their EOS commits, forced commits] on the device."""
+    zero = torch.zeros((), dtype=torch.long, device=device)
+    drift = selection.by_reason.get(CommitReason.DRIFT)
+    drift = zero if drift is None else drift.sum()
+    extra_n = zero if extra is None else torch.tensor(len(extra[0]), device=device)
+    extra_eos = zero if extra is None else (extra[1] == eos_id).sum()
+    return torch.stack([drift, extra_n, extra_eos, selection.forced.sum()])
+
+
+def _event(view: StepView, result: Pass, nfe: int, tokens, confidence, selection: Selection, commit_policy,
+           ctx: CommitContext, t0: float, extra, extra_policy) -> StepEvent:
+    chosen = selection.mask[0]
+    reasons = [commit_policy.reason] * len(view.targets)
+    for i in selection.forced[0].nonzero().flatten().tolist():
+        reasons[i] = CommitReason.FORCED
+    for reason, subset in selection.by_reason.items():
+        for i in subset[0].nonzero().flatten().tolist():
+            reasons[i] = reason
     commits = [
-        Commit(position=p, gen_index=p - view.prompt_len, token=t, confidence=c, reason=reasons[i])
+        Commit(position=p, gen_index=p - view.prompt_len, token=t, confidence=c, reason=str(reasons[i]))
         for i, p, t, c in zip(chosen.nonzero().flatten().tolist(), view.targets[chosen].tolist(),
                               tokens[0, chosen].tolist(), confidence[0, chosen].tolist())
     ]
-    if suffix is not None:
-        commits += [Commit(position=p, gen_index=p - view.prompt_len, token=t, confidence=c, reason="suffix")
-                    for p, t, c in zip(*(x.tolist() for x in suffix))]
-    extra = dict(result.extra)
-    if result.delta is not None:
-        extra["targets"] = view.targets.tolist()
-        extra["confidence"] = confidence[0].tolist()
-        extra["token_drift"] = result.drift[0].tolist()
-        extra["drift_delta"] = result.delta[0].tolist()
-        extra["drift_gate"] = commit_policy.gate(confidence[0]).tolist() if hasattr(commit_policy, "gate") else []
+    if extra is not None:
+        commits += [Commit(position=p, gen_index=p - view.prompt_len, token=t, confidence=c,
+                           reason=str(extra_policy.reason))
+                    for p, t, c in zip(*(x.tolist() for x in extra))]
+    columns = dict(result.extra)
+    if result.signals:  # per-target signals beside the targets and confidences they belong to (row 0)
+        columns["targets"] = view.targets.tolist()
+        columns["confidence"] = confidence[0].tolist()
+        columns |= {_SIGNAL_COLUMNS.get(name, name): value[0].tolist() for name, value in result.signals.items()}
+        columns |= commit_policy.trace_columns(confidence, ctx)
     refreshed = [] if result.refreshed_positions is None else result.refreshed_positions.tolist()
     return StepEvent(
-        block=view.block, step=view.step, nfe=nfe, kind=result.kind, rows=result.rows, commits=commits,
+        block=view.block, step=view.step, nfe=nfe, kind=str(result.kind), rows=result.rows, commits=commits,
         refreshed_positions=refreshed, refreshed_layers=list(result.refreshed_layers),
-        ms=(time.perf_counter() - t0) * 1000, extra=extra,
+        ms=(time.perf_counter() - t0) * 1000, extra=columns,
     )
+
+
+# trace column names of the signals (kept from the first trace schema, which the app and saved runs read)
+_SIGNAL_COLUMNS = {"drift": "token_drift", "delta": "drift_delta"}

@@ -1,12 +1,12 @@
 """The structured per-step trace of a decode: one `StepEvent` per forward, convertible to DataFrames.
 
 Schema (`Trace.frames()`):
-- steps:   one row per forward — block, step, nfe, pass (kind), rows (query rows pushed through layer 0),
-           n_committed, n_refreshed (positions recomputed beyond the step's own queries), refreshed_layers,
-           ms (wall time of the step, device synchronised).
+- steps:   one row per forward — block, step, nfe, pass (a `kinds.PassKind` value), rows (query rows
+           pushed through layer 0), n_committed, n_refreshed (positions recomputed beyond the step's own
+           queries), refreshed_layers, ms (wall time of the step, device synchronised).
 - commits: one row per committed token — block, step, nfe, position (canvas index), gen_index (index in
-           the generated region), token, confidence, reason ("quota" | "threshold" | "forced" | "factor"
-           and, with Polestar, "drift" | "suffix").
+           the generated region), token, confidence, reason (a `kinds.CommitReason` value: "quota" |
+           "threshold" | "factor" | "forced" | "drift" | "suffix").
 Extra per-method columns go into `StepEvent.extra` (a flat dict of scalars or lists) and appear in `steps`.
 """
 

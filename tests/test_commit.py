@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from polestar.policies.commit import FactorPolicy, QuotaPolicy, ThresholdPolicy
+from polestar.policies.commit import CommitContext, FactorPolicy, QuotaPolicy, ThresholdPolicy
 from polestar.policies.sampling import certainty_density, propose
 
 NEG = float("-inf")
@@ -36,17 +36,30 @@ def test_threshold_nothing_eligible_commits_nothing():
     assert not out.mask.any()
 
 
+def _quota(k: int) -> CommitContext:
+    """The context of a step whose plan commits k: k masks over one step."""
+    return CommitContext(step=0, block_masks=k, steps_per_block=1)
+
+
 def test_quota_takes_k_best_with_stable_ties():
     conf = _c(0.5, 0.7, 0.5, NEG, 0.7, 0.1)
-    assert torch.equal(QuotaPolicy().select(conf, conf, 3).mask, torch.tensor([[True, True, False, False, True, False]]))
-    assert not QuotaPolicy().select(conf, conf, 0).mask.any()
-    assert QuotaPolicy().select(conf, conf, 99).mask.sum() == 5  # never an ineligible position
+    assert torch.equal(QuotaPolicy().select(conf, conf, _quota(3)).mask,
+                       torch.tensor([[True, True, False, False, True, False]]))
+    assert not QuotaPolicy().select(conf, conf, _quota(0)).mask.any()
+    assert QuotaPolicy().select(conf, conf, _quota(99)).mask.sum() == 5  # never an ineligible position
+
+
+def test_quota_follows_the_block_plan():
+    """10 masks over 4 steps commit 3, 3, 2, 2; a step past the plan (masks left) commits one."""
+    conf = _c(*[0.9 - 0.05 * i for i in range(10)])
+    counts = [int(QuotaPolicy().select(conf, conf, CommitContext(step, 10, 4)).mask.sum()) for step in range(5)]
+    assert counts == [3, 3, 2, 2, 1]
 
 
 def test_quota_ranks_by_the_given_score():
     conf = _c(0.9, 0.8)
     rank = _c(0.1, 0.8)
-    assert torch.equal(QuotaPolicy().select(conf, rank, 1).mask, torch.tensor([[False, True]]))
+    assert torch.equal(QuotaPolicy().select(conf, rank, _quota(1)).mask, torch.tensor([[False, True]]))
 
 
 def test_factor_rule_ranks():

@@ -10,8 +10,11 @@ import pytest
 import torch
 
 import polestar
+from polestar.caches.base import CachePolicy, Pass, StepView
 from polestar.config import PRESETS, resolve
 from polestar.decode import decode
+from polestar.kinds import CommitReason, PassKind
+from polestar.policies.commit import CommitPolicy, Selection
 from polestar.errors import ConfigError
 from polestar.reference import generate as reference_generate
 from tests.tiny_checkpoints import write_checkpoint
@@ -140,3 +143,36 @@ def test_cli_generate_json(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "polestar", "generate", "--model", str(root), "--prompt", "x",
                           "--gen-length", "20"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "multiple of block_length" in bad.stderr
+
+
+class _RecomputeEverything(CachePolicy):
+    """A toy cache policy written the way the README's "Adding a method" says: one class, one `forward`."""
+
+    def forward(self, view: StepView) -> Pass:
+        logits = self.model(view.canvas)
+        return Pass(logits=logits[:, view.targets], kind=PassKind.FULL, rows=view.canvas.shape[1])
+
+
+class _TopTwo(CommitPolicy):
+    """A toy commit rule: the two most confident eligible positions per step."""
+
+    reason = CommitReason.QUOTA
+
+    def select(self, confidence, rank, ctx):
+        eligible = torch.isfinite(confidence)
+        order = torch.sort(rank.masked_fill(~eligible, float("-inf")), descending=True, stable=True).indices
+        mask = torch.zeros_like(eligible).scatter_(-1, order[:, :2], True) & eligible
+        return Selection(mask=mask, forced=torch.zeros_like(mask))
+
+
+def test_a_method_defined_outside_the_library_runs_in_the_loop(tiny):
+    """A cache policy and a commit rule defined here, handed to the loop, decode without touching it: they equal
+    the no-cache quota rule at two tokens per step (the same computation by construction), and the trace
+    names their pass kind and reason."""
+    cfg = resolve("baseline", gen_length=32, block_length=8)
+    out = decode(tiny, _ids(tiny), cfg, trace=True, cache_policy=_RecomputeEverything(tiny, cfg),
+                 commit_policy=_TopTwo())
+    two_per_step = decode(tiny, _ids(tiny), resolve("baseline", gen_length=32, block_length=8, steps=16))
+    assert torch.equal(out.canvas, two_per_step.canvas) and out.nfe == two_per_step.nfe == 16
+    steps, commits = out.trace.frames()
+    assert set(steps["pass"]) == {"full"} and set(commits.reason) == {"quota"} and len(commits) == 32

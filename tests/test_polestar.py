@@ -10,8 +10,10 @@ import polestar
 from polestar.caches.polestar import PolestarCache
 from polestar.clustering import kl_drift, spherical_kmeans, split_counts
 from polestar.config import resolve
-from polestar.decode import _suffix_commits, decode
-from polestar.policies.commit import DriftCommitPolicy
+from polestar.caches.base import ExtraTargets
+from polestar.decode import _extra_commits, decode
+from polestar.kinds import CommitReason
+from polestar.policies.commit import CommitContext, DriftCommitPolicy, make_extra_target_policy
 from tests.tiny_checkpoints import write_checkpoint
 
 PROMPT = [[5, 9, 11, 7, 13, 20, 21, 8]]
@@ -61,8 +63,9 @@ def test_suffix_commits_land_and_are_aligned(tiny, monkeypatch):
 
     def spy(self, view, result, *args):
         original(self, view, result, *args)
-        if result.suffix_positions is not None:
-            captured.append((view.canvas.clone(), result.suffix_positions.clone(), result.suffix_logits.clone()))
+        if result.extra_targets is not None:
+            captured.append((view.canvas.clone(), result.extra_targets.positions.clone(),
+                             result.extra_targets.logits.clone()))
 
     monkeypatch.setattr(PolestarCache, "_suffix", spy)
     cfg = resolve("polestar", tau_s=0.3, **(EXACT | {"suffix_commit": True, "tau_suffix": 0.0}))
@@ -84,8 +87,8 @@ def test_drift_commit_rule_on_hand_built_values():
     conf = torch.tensor([[0.8, 0.8, 0.8, 0.65, 0.95, 0.75]], dtype=torch.float64)
     # τ_d = 10 · (0.9 − c)²: 0.1 at c = 0.8, 0.225 at c = 0.75
     delta = torch.tensor([[0.2, 0.05, 2.5, 5.0, 0.0, 0.23]], dtype=torch.float64)
-    out = policy.select(conf, conf, delta=delta)
-    assert out.drift.tolist() == [[True, False, False, False, False, True]]
+    out = policy.select(conf, conf, CommitContext(1, 6, 1, {"delta": delta}))
+    assert out.by_reason[CommitReason.DRIFT].tolist() == [[True, False, False, False, False, True]]
     assert out.mask.tolist() == [[True, False, False, False, True, True]]
     assert not out.forced.any()
     torch.testing.assert_close(policy.gate(torch.tensor([0.8, 0.9])), torch.tensor([0.1, 0.0]))
@@ -110,8 +113,8 @@ def test_suffix_commit_rule_on_hand_built_logits():
     canvas = torch.tensor([[1, 0, mask, mask, mask, 1]])
     probs = torch.tensor([[[0.95, 0.05, 0.0], [0.5, 0.5, 0.0], [0.02, 0.98, 0.0], [0.0, 1.0, 0.0]]]) + 1e-9
     positions = torch.tensor([2, 3, 4, 5])  # position 5 is committed already: never overwritten
-    result = type("R", (), {"suffix_positions": positions, "suffix_logits": probs.log()})()
-    positions, tokens, conf = _suffix_commits(result, cfg, None, mask, canvas)
+    result = type("R", (), {"extra_targets": ExtraTargets(positions, probs.log())})()
+    positions, tokens, conf = _extra_commits(result, make_extra_target_policy(cfg), cfg, None, mask, canvas)
     assert positions.tolist() == [2, 4] and tokens.tolist() == [0, 1]  # 0.5 < τ_suffix: no forced commit
     assert canvas.tolist() == [[1, 0, 0, mask, 1, 1]]
 

@@ -10,7 +10,8 @@ import torch
 from safetensors.torch import save_file
 
 WORDS = "the a cat dog sat on mat and ran to 0 1 2 3 4 5 6 7 8 9 + - = ? .".split()
-LLADA_SPECIALS = ["<|endoftext|>", "<|startoftext|>", "<|mdm_mask|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
+LLADA_SPECIALS = ["<|endoftext|>", "<|startoftext|>", "<|mdm_mask|>", "<|eot_id|>", "<|start_header_id|>",
+                  "<|end_header_id|>"]
 DREAM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>{{ m['content'] }}<|eot_id|>"

@@ -8,7 +8,17 @@ from dataclasses import dataclass, field
 import torch
 
 from polestar.config import DecodeConfig
+from polestar.kinds import PassKind
 from polestar.models.cache import KVCache
+
+
+@dataclass
+class ExtraTargets:
+    """Fresh predictions a cache policy offers for positions outside the commit window (Polestar's suffix
+    logits from a refresh); the loop commits them with the extra-target rule (`policies.commit`)."""
+
+    positions: torch.Tensor  # [m] canvas positions, still masked
+    logits: torch.Tensor  # [batch, m, vocab]: row i predicts positions[i] (aligned)
 
 
 @dataclass
@@ -16,14 +26,13 @@ class Pass:
     """One forward of the loop (one NFE)."""
 
     logits: torch.Tensor  # [batch, n_targets, vocab]: row i predicts target position i (aligned)
-    kind: str  # "full" | "block" | "prefix" | "query" | "partial-refresh" ...
+    kind: PassKind
     rows: int  # query rows pushed through the first layer
     refreshed_positions: torch.Tensor | None = None  # positions recomputed beyond the step's own queries
     refreshed_layers: list[int] = field(default_factory=list)  # layers where that extra recompute happened
-    drift: torch.Tensor | None = None  # [batch, n_targets] token drift δ of each target (Polestar)
-    delta: torch.Tensor | None = None  # [batch, n_targets] drift delta Δ for the early-commit rule (Polestar)
-    suffix_positions: torch.Tensor | None = None  # [m] positions beyond the block with fresh predictions
-    suffix_logits: torch.Tensor | None = None  # [batch, m, vocab] their logits (Polestar suffix commit)
+    # per-target signals [batch, n_targets] that a commit rule may read, by name (Polestar: "drift", "delta")
+    signals: dict[str, torch.Tensor] = field(default_factory=dict)
+    extra_targets: ExtraTargets | None = None
     extra: dict = field(default_factory=dict)  # per-method trace columns
 
 
@@ -67,7 +76,7 @@ class CachePolicy(ABC):
     def full_pass(self, view: StepView, **outputs) -> tuple[Pass, object]:
         """Full-canvas forward writing every layer's K/V into the cache."""
         out = self.model.run(view.canvas, cache=self.ensure_cache(view.canvas), **outputs)
-        return Pass(logits=out.logits[:, view.targets], kind="full", rows=view.canvas.shape[1]), out
+        return Pass(logits=out.logits[:, view.targets], kind=PassKind.FULL, rows=view.canvas.shape[1]), out
 
     def with_predictors(self, positions: torch.Tensor) -> torch.Tensor:
         """Sorted union of `positions` and the rows whose outputs predict them (Dream: one to the left)."""

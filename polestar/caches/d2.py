@@ -20,6 +20,7 @@ from collections import deque
 import torch
 
 from polestar.caches.base import CachePolicy, Pass, StepView
+from polestar.kinds import PassKind
 from polestar.policies.sampling import certainty_density, entropy
 
 
@@ -38,7 +39,7 @@ class D2Cache(CachePolicy):
             out = model.run(canvas, cache=self.cache, output_attentions=True)
             self.confidence = out.logits[0].double().softmax(-1).amax(-1)
             self._rollout(torch.arange(length, device=canvas.device), out.attentions)
-            return Pass(logits=out.logits[:, view.targets], kind="full", rows=length)
+            return Pass(logits=out.logits[:, view.targets], kind=PassKind.FULL, rows=length)
         rows = self.with_predictors(torch.unique(torch.cat([self.queries, view.targets])))
         hidden, attns = self.forward_rows(canvas, rows, need_attn=True)
         self._rollout(rows, attns)
@@ -46,7 +47,7 @@ class D2Cache(CachePolicy):
         logits = self.predict(hidden, rows, masked)
         self.confidence[masked] = logits[0].double().softmax(-1).amax(-1)
         index = torch.searchsorted(masked, view.targets)
-        return Pass(logits=logits[:, index], kind="query", rows=len(rows))
+        return Pass(logits=logits[:, index], kind=PassKind.QUERY, rows=len(rows))
 
     def _rollout(self, rows: torch.Tensor, attns: list[torch.Tensor]) -> None:
         """Attention rollout over layers; rows not queried this step keep the identity. fp32: the rollout only
@@ -107,7 +108,7 @@ class EntropyCache(CachePolicy):
                             dtype=torch.long, device=view.canvas.device)
         rows = self.with_predictors(torch.unique(torch.cat([view.targets, keep, self.last])))
         hidden, _ = self.forward_rows(view.canvas, rows)
-        return Pass(logits=self.predict(hidden, rows, view.targets), kind="query", rows=len(rows))
+        return Pass(logits=self.predict(hidden, rows, view.targets), kind=PassKind.QUERY, rows=len(rows))
 
     def observe(self, view: StepView, logits: torch.Tensor, committed: torch.Tensor) -> None:
         self.last = view.targets[committed]

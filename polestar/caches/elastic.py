@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from polestar.caches.base import CachePolicy, Pass, StepView
+from polestar.kinds import PassKind
 
 
 class ElasticCache(CachePolicy):
@@ -55,7 +56,7 @@ class ElasticCache(CachePolicy):
         if refreshed_from is None:
             logits = self.predict(h, rows, view.targets)
             self._update_track(view, window_attn)
-            return Pass(logits=logits, kind="reuse", rows=len(rows))
+            return Pass(logits=logits, kind=PassKind.REUSE, rows=len(rows))
         self.inputs[refreshed_from][:, rows] = h
         all_rows = torch.arange(view.canvas.shape[1], device=device)
         full_h = self.inputs[refreshed_from].clone()
@@ -69,7 +70,7 @@ class ElasticCache(CachePolicy):
         self._update_track(view, window_attn)
         logits = model.head(full_h[:, model.predicting_rows(view.targets)])
         refreshed = all_rows[~torch.isin(all_rows, rows)]
-        return Pass(logits=logits, kind="partial-refresh", rows=len(rows), refreshed_positions=refreshed,
+        return Pass(logits=logits, kind=PassKind.PARTIAL_REFRESH, rows=len(rows), refreshed_positions=refreshed,
                     refreshed_layers=list(range(refreshed_from, n_layers)))
 
     def _update_track(self, view: StepView, window_attn: list[torch.Tensor]) -> None:

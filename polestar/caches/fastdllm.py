@@ -16,12 +16,13 @@ import torch
 
 from polestar import profiling
 from polestar.caches.base import CachePolicy, Pass, StepView
+from polestar.kinds import PassKind
 
 
 class NoCache(CachePolicy):
     def forward(self, view: StepView) -> Pass:
         out = self.model.run(view.canvas)
-        return Pass(logits=out.logits[:, view.targets], kind="full", rows=view.canvas.shape[1])
+        return Pass(logits=out.logits[:, view.targets], kind=PassKind.FULL, rows=view.canvas.shape[1])
 
 
 class _EntryCache(CachePolicy):
@@ -50,7 +51,7 @@ class _EntryCache(CachePolicy):
 
 
 class PrefixCache(_EntryCache):
-    partial_kind = "prefix"
+    partial_kind = PassKind.PREFIX
 
     def rows(self, view: StepView) -> torch.Tensor:
         start = int(self.with_predictors(view.targets).min()) if len(view.targets) else view.block_start
@@ -59,7 +60,7 @@ class PrefixCache(_EntryCache):
 
 
 class DualCache(_EntryCache):
-    partial_kind = "block"
+    partial_kind = PassKind.BLOCK
 
     def rows(self, view: StepView) -> torch.Tensor:
         block = torch.arange(view.block_start, view.block_end, device=view.canvas.device)

@@ -1,8 +1,8 @@
 """Polestar-Cache and the drift signals of Polestar-Commit (arXiv 2607.14107; docs/algorithm.md).
 
 On top of Fast-dLLM's dual cache:
-- Block entry (docs/algorithm.md §2): a full forward, or (entry_schedule) a windowed forward over the local window Ω_b
-  (prefix `window_prefix`·B and suffix `window_suffix`·B around the block) ∪ the block, reusing every other
+- Block entry (docs/algorithm.md §2): a full forward, or (entry_schedule) a windowed forward over the local
+  window Ω_b (prefix `window_prefix`·B and suffix `window_suffix`·B around the block) ∪ the block, reusing every other
   K/V row. Then, per layer, the window's layer inputs are clustered (spherical k-means, prefix and suffix
   separately), stored as residuals against their centroids in `hidden_format`, and each centroid's
   content-only proxy attention is kept as the drift reference. That work is only read by the block's later
@@ -28,9 +28,10 @@ import torch
 
 from kernels.token_kl import token_drift_kl
 from polestar import profiling
-from polestar.caches.base import CachePolicy, Pass, StepView
+from polestar.caches.base import CachePolicy, ExtraTargets, Pass, StepView
 from polestar.clustering import proxy_drift, spherical_kmeans, split_counts
 from polestar.config import DriftReference, EntrySchedule
+from polestar.kinds import PassKind
 from polestar.quant import RowStore, get_format
 
 
@@ -100,7 +101,7 @@ class PolestarCache(CachePolicy):
             if self._windowed_entry(view):
                 rows = self.with_predictors(torch.cat([window, block]))
                 inputs, hidden = self._rows_with_inputs(canvas, rows)
-                result = Pass(logits=self.predict(hidden, rows, view.targets), kind="windowed-entry",
+                result = Pass(logits=self.predict(hidden, rows, view.targets), kind=PassKind.WINDOWED_ENTRY,
                               rows=len(rows))
                 index_of = lambda pos: torch.searchsorted(rows, pos)  # noqa: E731
             else:
@@ -226,11 +227,12 @@ class PolestarCache(CachePolicy):
             torch.cuda.current_stream().wait_stream(self.side)
         drifts = [d.tolist() for d in drifts]
         with profiling.section("step: head"):
-            result = Pass(logits=self.predict(h, rows, view.targets), kind="refresh" if refresh else "block",
-                          rows=len(rows))
+            result = Pass(logits=self.predict(h, rows, view.targets),
+                          kind=PassKind.REFRESH if refresh else PassKind.BLOCK, rows=len(rows))
         if cfg.current_commit:
             with profiling.section("step: token drift"):
-                result.drift, result.delta = self._token_drift(view, out.attn, rows)
+                drift, delta = self._token_drift(view, out.attn, rows)
+                result.signals = {"drift": drift, "delta": delta}
         if refresh:
             self.since_refresh = 0
             all_refreshed = torch.unique(torch.cat(refreshed)) if refreshed else None
@@ -288,8 +290,7 @@ class PolestarCache(CachePolicy):
         keep = (predicted >= view.block_end) & (predicted < min(hi, view.canvas.shape[1]))
         keep &= view.canvas[0, predicted.clamp(max=view.canvas.shape[1] - 1)] == self.model.mask_id
         if keep.any():
-            result.suffix_positions = predicted[keep]
-            result.suffix_logits = self.model.head(new_h[:, keep])
+            result.extra_targets = ExtraTargets(predicted[keep], self.model.head(new_h[:, keep]))
 
     def observe(self, view: StepView, logits: torch.Tensor, committed: torch.Tensor) -> None:
         n = int(committed.sum())
