@@ -80,8 +80,11 @@ def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None) -> go.Figure
         fig.add_trace(go.Scatter(x=steps[done], y=np.nonzero(done)[0], mode="markers", name="commit",
                                  marker=dict(symbol="x", size=5, color="white", line=dict(width=1))), 1, 1)
     if clusters is not None:
-        fig.add_trace(go.Heatmap(z=clusters, colorscale="Magma", showscale=False,
+        fig.add_trace(go.Heatmap(z=clusters, x=np.arange(1, clusters.shape[1] + 1), colorscale="Magma",
+                                 colorbar=dict(title="KL", x=1.02),
                                  hovertemplate="step %{x}<br>cluster %{y}<br>KL %{z:.3g}<extra></extra>"), 1, 2)
+        fig.update_yaxes(title="cluster", row=1, col=2)
+        fig.update_xaxes(title="step", row=1, col=2)
     fig.update_yaxes(title="generated position", autorange="reversed", row=1, col=1)
     fig.update_xaxes(title="step", row=1, col=1)
     return style(fig, f"Attention drift — layer {layer}", 420, "drift")

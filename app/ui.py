@@ -8,6 +8,7 @@ import inspect
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from app.compare import build_compare_tab
 from app.runner import ModelHost, stream_run
 from app.sweep import build_sweep_tab
 from polestar import tasks
-from polestar.config import PRESETS, DecodeConfig, resolve
+from polestar.config import PRESETS, CacheKind, DecodeConfig, resolve
 from polestar.errors import PolestarError
 
 SWITCHES = ("polestar_cache", "current_commit", "suffix_commit")
@@ -28,6 +29,9 @@ SLIDERS = ("gen_length", "block_length", "tau_s", "temperature", "seed", "window
            "n_centroids", "top_k", "top_k_last_layer", "tau_upd", "history", "alpha", "tau_suffix", "hidden_format",
            "measure_staleness")
 CONTROLS = SWITCHES + SLIDERS
+# the Run tab's own defaults over every preset's: staleness is what the KV-staleness panel plots (its extra
+# reference forward is excluded from NFE and TPS)
+RUN_DEFAULTS = {"measure_staleness": True}
 FIELDS = {f.name: f for f in dataclasses.fields(DecodeConfig)}
 MAX_PROMPT_CHARS = 4000
 REPLAY_FRAMES, REPLAY_FRAME_S = 24, 0.08  # a cached run plays back in about two seconds
@@ -60,6 +64,20 @@ def _component(name: str, value: Any):
     if isinstance(f.default, bool):
         return gr.Checkbox(value=value, label=label, info=meta["help"])
     return gr.Slider(meta["min"], meta["max"], value=value, step=meta["step"], label=label, info=meta["help"])
+
+
+MAX_SESSIONS = 64  # per-session runs kept in memory; the least recently stored beyond this are dropped
+
+
+class _Sessions(OrderedDict):
+    """Per-session values, bounded: storing one makes it the newest and evicts the oldest beyond the cap.
+    Entries also go when their browser session ends (`demo.unload`)."""
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > MAX_SESSIONS:
+            self.popitem(last=False)
 
 
 def on_gpu(fn):
@@ -104,8 +122,8 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
     host = ModelHost(model_path or polestar.DEFAULT_MODEL, device)
     # load the shared model in the background while the page is being served, so the first Run is quick
     host.preload()
-    records: dict[str, RunRecord] = {}
-    stops: dict[str, threading.Event] = {}
+    records: _Sessions = _Sessions()  # session hash -> its last run
+    stops: _Sessions = _Sessions()  # session hash -> its stop flag
     examples = task_examples()
     by_prompt = {ex.prompt: ex for ex in examples}
 
@@ -120,7 +138,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
             cfg = _config(method, dict(zip(CONTROLS, values)))
         except PolestarError as exc:
             raise gr.Error(str(exc)) from None
-        stop = stops.setdefault(session, threading.Event())
+        stop = stops[session] = stops.get(session) or threading.Event()
         stop.clear()
         try:
             for rec in stream_run(host, prompt, cfg, method, stop, probe=probe):
@@ -129,7 +147,9 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                 if rec.done and prompt in by_prompt:
                     ex = by_prompt[prompt]
                     metrics["correct"] = tasks.score(ex.task, ex, rec.metrics["text"])
-                status = "done" if rec.done else f"step {rec.n_steps}"
+                status = f"step {rec.n_steps}"
+                if rec.done:
+                    status = f"stopped at step {rec.n_steps}" if rec.metrics.get("stopped") else "done"
                 slider = gr.Slider(minimum=0, maximum=max(rec.n_steps, 1), value=rec.n_steps, step=1)
                 yield (*_panels(rec, None, layer, positions), metrics, status, slider)
         except PolestarError as exc:
@@ -149,8 +169,15 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
         return (*_panels(rec, t, layer, positions), gr.Slider(value=t))
 
     def stop_run(request: gr.Request):
-        stops.setdefault(request.session_hash, threading.Event()).set()
+        flag = stops.get(request.session_hash)
+        if flag is None:
+            return "nothing is running"
+        flag.set()
         return "stopping…"
+
+    def forget(request: gr.Request):
+        records.pop(request.session_hash, None)
+        stops.pop(request.session_hash, None)
 
     def reset(request: gr.Request):
         records.pop(request.session_hash, None)
@@ -208,8 +235,10 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                 time.sleep(REPLAY_FRAME_S)
 
     def preset_values(method: str):
-        cfg = resolve(method)
-        return [gr.update(value=str(getattr(cfg, n)) if FIELDS[n].metadata["choices"] else getattr(cfg, n))
+        cfg = resolve(method, **RUN_DEFAULTS)
+        polestar_method = cfg.cache == CacheKind.POLESTAR  # its component switches mean nothing elsewhere
+        return [gr.update(value=str(getattr(cfg, n)) if FIELDS[n].metadata["choices"] else getattr(cfg, n),
+                          interactive=polestar_method or n not in SWITCHES)
                 for n in CONTROLS]
 
     with gr.Blocks(title="Polestar Studio") as demo:
@@ -238,7 +267,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                             reset_btn = gr.Button("Reset")
                         status = gr.Markdown("ready")
                         metrics = gr.JSON(label="Metrics")
-                        default = resolve("polestar")
+                        default = resolve("polestar", **RUN_DEFAULTS)
                         with gr.Accordion("Polestar components", open=True):
                             switches = [_component(n, getattr(default, n)) for n in SWITCHES]
                         with gr.Accordion("Hyperparameters", open=False):
@@ -270,11 +299,12 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                                 gr.Markdown(EXPLAIN["staleness"])
         panels = [canvas_plot, drift_plot, timeline_plot, staleness_plot, pca_plot]
         controls = [*switches, *sliders]
-        run_event = run_btn.click(on_gpu(_named(run, ["prompt", "method", "probe", "layer", "positions", *CONTROLS])),
-                                  [prompt, method, probe, layer, positions, *controls],
-                                  [*panels, metrics, status, playhead], api_name="run", show_progress="hidden",
-                                  concurrency_limit=4)
-        stop_btn.click(stop_run, None, status, cancels=[run_event], api_name="stop")
+        run_btn.click(on_gpu(_named(run, ["prompt", "method", "probe", "layer", "positions", *CONTROLS])),
+                      [prompt, method, probe, layer, positions, *controls],
+                      [*panels, metrics, status, playhead], api_name="run", show_progress="hidden",
+                      concurrency_limit=4)
+        # no `cancels`: the flag stops the decode within one step and the run then yields its final frame
+        stop_btn.click(stop_run, None, status, api_name="stop")
         reset_btn.click(reset, None, [*panels, metrics, status, playhead], api_name="reset")
         step_btn.click(step, [playhead, layer, positions], [*panels, playhead], api_name="step")
         playhead.change(move, [playhead, layer, positions], panels, api_name="playhead", show_progress="hidden")
@@ -289,6 +319,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
         with tabs:
             build_compare_tab(host, examples[0].prompt)
             build_sweep_tab(host)
+        demo.unload(forget)
     return demo
 
 

@@ -115,7 +115,7 @@ def test_lists_answers_and_scoring():
             re.fullmatch(p.replace("{items}", ".*"), ex.prompt) for p in phrasings))
         items = ex.prompt.split(": ", 1)[1].split()
         top = tasks.lists.SORT_MAX_ITEMS if op == "sort" else max(tasks.lists.MAX_ITEMS.values())
-        assert tasks.lists.MIN_ITEMS <= len(items) <= top
+        assert tasks.lists.MIN_ITEMS <= len(items) <= top and len(set(items)) == len(items)
         key = int if items[0].isdigit() else str
         assert ex.target.split() == {"copy": items, "reverse": items[::-1], "sort": sorted(items, key=key)}[op]
         assert tasks.score("lists", ex, " " + ex.answer + " ")

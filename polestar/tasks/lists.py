@@ -1,9 +1,12 @@
 """`lists`: copy, reverse or sort numbers or words (ParallelBench's "waiting line" tasks).
 
-List lengths are log-uniform from MIN_ITEMS to a per-operation maximum, so answers span a few tokens to a
-full 256-token canvas for copy and reverse (MAX_ITEMS; a number 0–99 is one or two digit tokens, a word one
-token) and up to SORT_MAX_ITEMS items for sort, the one operation that needs more than copying. The answer is
-the resulting items separated by single spaces; scoring is exact match on the item sequence.
+List lengths are log-uniform from MIN_ITEMS to a per-operation maximum, so answers span a few tokens to most
+of a 256-token canvas for copy and reverse (MAX_ITEMS; a number 0–99 is one or two digit tokens, a word one
+token) and up to SORT_MAX_ITEMS items for sort, the one operation that needs more than copying. Items are
+distinct (drawn without replacement): an item's neighbour then names its place in the prompt, which is how a
+small model copies long lists (with repeats it must count positions; a run with repeated items learnt no
+copying in 750 CPU steps, model card). The answer is the resulting items separated by single spaces; scoring
+is exact match on the item sequence.
 """
 
 from __future__ import annotations
@@ -12,15 +15,15 @@ import random
 
 from polestar.tasks.base import Example
 
-MIN_ITEMS = 4
-MAX_ITEMS = {"numbers": 120, "words": 200}  # ≤ 240 and ≤ 200 tokens: a canvas of 256 holds the answer and EOS
-SORT_MAX_ITEMS = 32
 
 WORDS = (
     "ant bear cat deer eagle fox goat hare ibis jay kiwi lion mole newt owl pig quail rat seal toad urchin "
     "vole wolf yak zebra apple bread cheese donut fig grape honey jam kale lime mango nut olive pear rice "
     "salt tea"
 ).split()
+MIN_ITEMS = 4
+MAX_ITEMS = {"numbers": 100, "words": len(WORDS)}  # ≤ 190 and ≤ 40 tokens: a 256 canvas holds answer and EOS
+SORT_MAX_ITEMS = 32
 OPS = {
     "copy": ("Copy the list: {items}", "Repeat these items exactly: {items}", "Write the list again: {items}"),
     "reverse": ("Reverse the list: {items}", "Write these items in reverse order: {items}",
@@ -36,10 +39,10 @@ def candidate(rng: random.Random, ops: tuple[str, ...] = tuple(OPS), words_only:
     top = SORT_MAX_ITEMS if op == "sort" else MAX_ITEMS["numbers" if numbers else "words"]
     k = round(MIN_ITEMS * (top / MIN_ITEMS) ** rng.random())
     if numbers:
-        items = [str(rng.randint(0, 99)) for _ in range(k)]
+        items = [str(x) for x in rng.sample(range(100), k)]
         key = int
     else:
-        items = [rng.choice(WORDS) for _ in range(k)]
+        items = rng.sample(WORDS, k)
         key = str
     result = {"copy": items, "reverse": items[::-1], "sort": sorted(items, key=key)}[op]
     prompt = rng.choice(OPS[op]).format(items=" ".join(items))
