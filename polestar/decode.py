@@ -203,15 +203,15 @@ def _targets(canvas: torch.Tensor, start: int, end: int, cfg: DecodeConfig, mask
 
 def _extra_commits(result: Pass, policy, cfg: DecodeConfig, generator, mask_id: int, canvas: torch.Tensor):
     """Commit among the pass's extra targets (predictions beyond the commit window) with the extra-target rule.
-    Returns (positions, tokens, confidences) committed, or None."""
+    Returns (positions, tokens, confidences) committed and every extra target's confidence, or None."""
     if result.extra_targets is None or policy is None:
         return None
     positions = result.extra_targets.positions
     tokens, confidence = propose(result.extra_targets.logits, cfg.temperature, generator, mask_id)
     ok = policy.select(confidence, (canvas[:, positions] == mask_id))[0]
-    positions = positions[ok]
-    canvas[0, positions] = tokens[0, ok]
-    return positions, tokens[0, ok], confidence[0, ok]
+    committed = positions[ok]
+    canvas[0, committed] = tokens[0, ok]
+    return committed, tokens[0, ok], confidence[0, ok], confidence[0]
 
 
 def _step_counts(selection: Selection, extra, eos_id: int, device: torch.device) -> torch.Tensor:
@@ -241,8 +241,10 @@ def _event(view: StepView, result: Pass, nfe: int, tokens, confidence, selection
     if extra is not None:
         commits += [Commit(position=p, gen_index=p - view.prompt_len, token=t, confidence=c,
                            reason=str(extra_policy.reason))
-                    for p, t, c in zip(*(x.tolist() for x in extra))]
+                    for p, t, c in zip(*(x.tolist() for x in extra[:3]))]
     columns = dict(result.extra)
+    if extra is not None:  # what the extra-target rule saw, committed or not
+        columns["extra_confidence"] = extra[3].tolist()
     if result.signals:  # per-target signals beside the targets and confidences they belong to (row 0)
         columns["targets"] = view.targets.tolist()
         columns["confidence"] = confidence[0].tolist()

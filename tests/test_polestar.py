@@ -114,7 +114,8 @@ def test_suffix_commit_rule_on_hand_built_logits():
     probs = torch.tensor([[[0.95, 0.05, 0.0], [0.5, 0.5, 0.0], [0.02, 0.98, 0.0], [0.0, 1.0, 0.0]]]) + 1e-9
     positions = torch.tensor([2, 3, 4, 5])  # position 5 is committed already: never overwritten
     result = type("R", (), {"extra_targets": ExtraTargets(positions, probs.log())})()
-    positions, tokens, conf = _extra_commits(result, make_extra_target_policy(cfg), cfg, None, mask, canvas)
+    positions, tokens, conf, seen = _extra_commits(result, make_extra_target_policy(cfg), cfg, None, mask, canvas)
+    assert len(seen) == 4 and (conf >= 0.9).all()
     assert positions.tolist() == [2, 4] and tokens.tolist() == [0, 1]  # 0.5 < τ_suffix: no forced commit
     assert canvas.tolist() == [[1, 0, 0, mask, 1, 1]]
 
