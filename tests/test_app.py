@@ -105,3 +105,23 @@ def test_cached_replays_match_the_shipped_model_and_play_back(client):
     assert "replay of" in final[6]
     with pytest.raises(Exception, match="not in the list of choices"):
         client.predict("no such run", 0, "0 1 2 3", api_name="/replay")
+
+
+def test_listen_address_follows_a_space_unless_flags_say_otherwise(monkeypatch):
+    """A Space sets GRADIO_SERVER_NAME / GRADIO_SERVER_PORT; bound to 127.0.0.1 it would reject every request."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("app_main", Path(__file__).resolve().parent.parent / "app.py")
+    entry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entry)
+    for name in ("HOST", "PORT", "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    args = entry.parse_args([])
+    assert (args.host, args.port) == ("127.0.0.1", 7860)
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7861")
+    args = entry.parse_args([])
+    assert (args.host, args.port) == ("0.0.0.0", 7861)
+    args = entry.parse_args(["--host", "127.0.0.1", "--port", "9000"])
+    assert (args.host, args.port) == ("127.0.0.1", 9000)
