@@ -16,8 +16,8 @@ def split_counts(k: int, n_prefix: int, n_suffix: int) -> tuple[int, int]:
     rule)."""
     if n_prefix == 0:
         return 0, (k if n_suffix else 0)
-    if n_suffix == 0:
-        return k, 0
+    if n_suffix == 0:  # the last block: K_pre keeps its cap of K − 1 (spec and public code: 7 + 0 of 8)
+        return (k - 1 if k > 1 else k), 0
     k_pre = min(k - 1, max(1, (k * n_prefix) // (n_prefix + n_suffix)))
     return k_pre, k - k_pre
 

@@ -122,7 +122,8 @@ def test_suffix_commit_rule_on_hand_built_logits():
 
 def test_split_counts_and_kmeans():
     assert split_counts(8, 64, 32) == (5, 3)
-    assert split_counts(8, 0, 32) == (0, 8) and split_counts(8, 64, 0) == (8, 0)
+    assert split_counts(8, 0, 32) == (0, 8) and split_counts(8, 64, 0) == (7, 0)  # the last block: 7 of 8
+    assert split_counts(1, 64, 0) == (1, 0)
     assert split_counts(8, 1, 100) == (1, 7)
     g = torch.Generator().manual_seed(0)
     centers = torch.nn.functional.normalize(torch.randn(3, 16, generator=g), dim=-1) * 4
