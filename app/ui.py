@@ -90,6 +90,17 @@ def on_gpu(fn):
     return spaces.GPU(duration=120)(fn)
 
 
+def _layers(model_path: str, fallback: int = 64) -> int:
+    """The checkpoint's layer count from its config.json (no weights read); `fallback` for a hub id."""
+    import json
+
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return fallback
+    return int(config.get("n_layers") or config.get("num_hidden_layers") or fallback)
+
+
 def _config(method: str, values: dict[str, Any]) -> DecodeConfig:
     base = resolve(method)
     overrides = {}
@@ -126,6 +137,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
     stops: _Sessions = _Sessions()  # session hash -> its stop flag
     examples = task_examples()
     by_prompt = {ex.prompt: ex for ex in examples}
+    n_layers = _layers(host.path)
 
     def run(prompt: str, method: str, probe: bool, layer: float, positions: str, *values: Any,
             request: gr.Request = None):
@@ -248,24 +260,24 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
             with gr.Tab("Run"):
                 with gr.Row():
                     with gr.Column(scale=1, min_width=320):
-                        prompt = gr.Textbox(label="Prompt", lines=4, value=examples[0].prompt)
-                        gr.Examples([[ex.prompt] for ex in examples], inputs=[prompt],
-                                    label="Task examples (known answers)")
-                        with gr.Accordion("Instant replays (cached example runs)", open=bool(cached)):
-                            replay_pick = gr.Dropdown([replay_label(r) for r in cached],
-                                                      value=replay_label(cached[0]) if cached else None,
-                                                      label="Cached run", interactive=bool(cached))
-                            replay_btn = gr.Button("Replay", interactive=bool(cached))
-                            gr.Markdown(EXPLAIN["replay"])
+                        prompt = gr.Textbox(label="Prompt", lines=3, value=examples[0].prompt)
                         method = gr.Dropdown(list(PRESETS), value="polestar", label="Method")
-                        probe = gr.Checkbox(value=True,
-                                            label="analysis probe (drift heatmap, PCA; not counted in NFE/TPS)")
                         with gr.Row():
                             run_btn = gr.Button("Run", variant="primary")
                             step_btn = gr.Button("Step")
                             stop_btn = gr.Button("Stop")
                             reset_btn = gr.Button("Reset")
                         status = gr.Markdown("ready")
+                        gr.Examples([[ex.prompt] for ex in examples], inputs=[prompt],
+                                    label="Task examples (known answers)")
+                        with gr.Accordion("Instant replays (cached example runs)", open=False):
+                            replay_pick = gr.Dropdown([replay_label(r) for r in cached],
+                                                      value=replay_label(cached[0]) if cached else None,
+                                                      label="Cached run", interactive=bool(cached))
+                            replay_btn = gr.Button("Replay", interactive=bool(cached))
+                            gr.Markdown(EXPLAIN["replay"])
+                        probe = gr.Checkbox(value=True,
+                                            label="analysis probe (drift heatmap, PCA; not counted in NFE/TPS)")
                         metrics = gr.JSON(label="Metrics")
                         default = resolve("polestar", **RUN_DEFAULTS)
                         with gr.Accordion("Polestar components", open=True):
@@ -281,21 +293,24 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                     with gr.Column(scale=2):
                         playhead = gr.Slider(0, 1, value=0, step=1, label="Playhead (step)")
                         canvas_plot = gr.Plot(label="Token canvas")
-                        gr.Markdown(EXPLAIN["canvas"])
-                        with gr.Tabs():
-                            with gr.Tab("Drift"):
-                                layer = gr.Slider(0, 64, value=0, step=1, label="Layer")
-                                drift_plot = gr.Plot()
+                        with gr.Accordion("What the canvas shows", open=False):
+                            gr.Markdown(EXPLAIN["canvas"])
+                        with gr.Row(equal_height=True):  # the four views side by side, two per row
+                            with gr.Column():
+                                layer = gr.Slider(0, max(n_layers - 1, 1), value=n_layers - 1, step=1,
+                                                  label="Layer (drift heatmap)")
+                                drift_plot = gr.Plot(label="Attention drift")
                                 gr.Markdown(EXPLAIN["drift"])
-                            with gr.Tab("PCA trajectories"):
-                                positions = gr.Textbox(value="0 1 2 3", label="Generated positions")
-                                pca_plot = gr.Plot()
+                            with gr.Column():
+                                positions = gr.Textbox(value="0 1 2 3", label="Generated positions (PCA)")
+                                pca_plot = gr.Plot(label="PCA trajectories")
                                 gr.Markdown(EXPLAIN["pca"])
-                            with gr.Tab("Commit timeline"):
-                                timeline_plot = gr.Plot()
+                        with gr.Row(equal_height=True):
+                            with gr.Column():
+                                timeline_plot = gr.Plot(label="Commit timeline")
                                 gr.Markdown(EXPLAIN["timeline"])
-                            with gr.Tab("KV staleness"):
-                                staleness_plot = gr.Plot()
+                            with gr.Column():
+                                staleness_plot = gr.Plot(label="KV staleness")
                                 gr.Markdown(EXPLAIN["staleness"])
         panels = [canvas_plot, drift_plot, timeline_plot, staleness_plot, pca_plot]
         controls = [*switches, *sliders]
