@@ -116,6 +116,30 @@ def _config(method: str, values: dict[str, Any]) -> DecodeConfig:
     return base.replace(**overrides)
 
 
+def link_query(prompt: str, method: str, values: dict[str, Any]) -> str:
+    """The query string that restores these Run settings: the prompt, the method and every control that differs
+    from the method's defaults in the Run tab."""
+    from urllib.parse import urlencode
+
+    cfg, base = _config(method, values), resolve(method, **RUN_DEFAULTS)
+    changed = {n: str(getattr(cfg, n)).lower() if isinstance(getattr(cfg, n), bool) else str(getattr(cfg, n))
+               for n in CONTROLS if getattr(cfg, n) != getattr(base, n)}
+    return urlencode({"prompt": prompt, "method": method, **changed})
+
+
+def restore_query(params: dict[str, str]) -> tuple[str | None, str, DecodeConfig]:
+    """(prompt, method, config) from a shared link's query parameters; unknown keys are ignored, bad values raise
+    PolestarError naming the field."""
+    method = params.get("method", "polestar")
+    values: dict[str, Any] = {}
+    for name in CONTROLS:
+        if name in params:
+            raw = params[name]
+            default = getattr(resolve(method), name)
+            values[name] = raw.lower() in ("1", "true", "yes", "on") if isinstance(default, bool) else raw
+    return params.get("prompt"), method, _config(method, {**RUN_DEFAULTS, **values})
+
+
 def _panels(rec: RunRecord | None, t: int | None, layer: int, positions: str):
     if rec is None or not rec.events:
         empty = figures.go.Figure()
@@ -246,6 +270,26 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
             if t < n:
                 time.sleep(REPLAY_FRAME_S)
 
+    def share_link(prompt: str, method: str, *values: Any, request: gr.Request = None):
+        try:
+            query = link_query(prompt, method, dict(zip(CONTROLS, values)))
+        except PolestarError as exc:
+            raise gr.Error(f"These settings cannot be shared: {exc}") from None
+        page = (request.headers.get("referer", "") if request is not None else "").split("?")[0]
+        return f"{page}?{query}"
+
+    def restore(request: gr.Request):
+        params = dict(request.query_params) if request is not None else {}
+        if not params:
+            return [gr.skip()] * (2 + len(CONTROLS))
+        try:
+            text, method, cfg = restore_query(params)
+        except PolestarError as exc:
+            gr.Warning(f"The link's settings were not applied: {exc}")
+            return [gr.skip()] * (2 + len(CONTROLS))
+        shown = [str(getattr(cfg, n)) if FIELDS[n].metadata["choices"] else getattr(cfg, n) for n in CONTROLS]
+        return [text if text else gr.skip(), method, *shown]
+
     def preset_values(method: str):
         cfg = resolve(method, **RUN_DEFAULTS)
         polestar_method = cfg.cache == CacheKind.POLESTAR  # its component switches mean nothing elsewhere
@@ -284,6 +328,10 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                             switches = [_component(n, getattr(default, n)) for n in SWITCHES]
                         with gr.Accordion("Hyperparameters", open=False):
                             sliders = [_component(n, getattr(default, n)) for n in SLIDERS]
+                        with gr.Accordion("Share these settings", open=False):
+                            share_btn = gr.Button("Make a link")
+                            share_box = gr.Textbox(label="Link (prompt, method and every changed setting)",
+                                                   show_copy_button=True)
                         with gr.Accordion("Export / import", open=False):
                             with gr.Row():
                                 export_trace = gr.Button("Download trace (parquet)")
@@ -335,6 +383,9 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
             build_compare_tab(host, examples[0].prompt)
             build_sweep_tab(host)
         demo.unload(forget)
+        share_btn.click(_named(share_link, ["prompt", "method", *CONTROLS]), [prompt, method, *controls], share_box,
+                        api_name="share_link")
+        demo.load(restore, None, [prompt, method, *controls], api_name=False)
     return demo
 
 
@@ -342,10 +393,19 @@ def _named(fn, names: list[str]):
     """Wrap `fn(*values, request)` so its signature names every input: API clients can then pass
     `gen_length=64` by keyword (Gradio names endpoint parameters after the handler's signature)."""
 
-    def handler(*args, request: gr.Request = None):
+    def split(args):
         if args and isinstance(args[-1], gr.Request):  # Gradio passes the request as the last positional
-            *args, request = args
-        yield from fn(*args, request=request)
+            return args[:-1], args[-1]
+        return args, None
+
+    if inspect.isgeneratorfunction(fn):
+        def handler(*args, request: gr.Request = None):
+            values, passed = split(args)
+            yield from fn(*values, request=passed or request)
+    else:
+        def handler(*args, request: gr.Request = None):
+            values, passed = split(args)
+            return fn(*values, request=passed or request)
 
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     params = [inspect.Parameter(n, kind) for n in names]

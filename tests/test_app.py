@@ -125,3 +125,23 @@ def test_listen_address_follows_a_space_unless_flags_say_otherwise(monkeypatch):
     assert (args.host, args.port) == ("0.0.0.0", 7861)
     args = entry.parse_args(["--host", "127.0.0.1", "--port", "9000"])
     assert (args.host, args.port) == ("127.0.0.1", 9000)
+
+
+def test_a_shared_link_restores_the_settings():
+    """The link carries the prompt, the method and only the controls that differ from the method's Run-tab
+    defaults; restoring it gives the same config. A bad value names the field."""
+    from urllib.parse import parse_qsl
+
+    from app.ui import CONTROLS, link_query, restore_query
+    from polestar.config import resolve
+    from polestar.errors import PolestarError
+
+    values = {n: getattr(resolve("fast-dllm", measure_staleness=True), n) for n in CONTROLS} | {"tau_s": 0.75}
+    query = link_query("Copy the list: 1 2 3", "fast-dllm", values)
+    params = dict(parse_qsl(query))
+    assert params == {"prompt": "Copy the list: 1 2 3", "method": "fast-dllm", "tau_s": "0.75"}
+    prompt, method, cfg = restore_query(params)
+    assert (prompt, method, cfg.tau_s, cfg.cache) == ("Copy the list: 1 2 3", "fast-dllm", 0.75, "dual")
+    assert cfg.measure_staleness  # the Run tab's default rides along
+    with pytest.raises(PolestarError, match="tau_s"):
+        restore_query({"method": "fast-dllm", "tau_s": "7"})
