@@ -331,7 +331,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                         with gr.Accordion("Share these settings", open=False):
                             share_btn = gr.Button("Make a link")
                             share_box = gr.Textbox(label="Link (prompt, method and every changed setting)",
-                                                   show_copy_button=True)
+                                                   buttons=["copy"])
                         with gr.Accordion("Export / import", open=False):
                             with gr.Row():
                                 export_trace = gr.Button("Download trace (parquet)")
