@@ -145,3 +145,15 @@ def test_a_shared_link_restores_the_settings():
     assert cfg.measure_staleness  # the Run tab's default rides along
     with pytest.raises(PolestarError, match="tau_s"):
         restore_query({"method": "fast-dllm", "tau_s": "7"})
+
+
+def test_per_session_state_is_bounded():
+    from app.ui import MAX_SESSIONS, _Sessions
+
+    store = _Sessions()
+    for i in range(MAX_SESSIONS + 5):
+        store[f"s{i}"] = i
+    assert len(store) == MAX_SESSIONS and "s0" not in store and f"s{MAX_SESSIONS + 4}" in store
+    store["s5"] = "again"  # storing refreshes: s5 is now the newest, s6 the oldest
+    store["new"] = 0
+    assert "s5" in store and "s6" not in store
