@@ -22,7 +22,7 @@ from app.runner import ModelHost, stream_run
 from app.sweep import build_sweep_tab
 from polestar import tasks
 from polestar.config import PRESETS, CacheKind, DecodeConfig, resolve
-from polestar.errors import PolestarError
+from polestar.errors import ConfigError, PolestarError
 
 SWITCHES = ("polestar_cache", "current_commit", "suffix_commit")
 SLIDERS = ("gen_length", "block_length", "tau_s", "temperature", "seed", "window_prefix", "window_suffix",
@@ -106,12 +106,15 @@ def _config(method: str, values: dict[str, Any]) -> DecodeConfig:
     overrides = {}
     for name, value in values.items():
         default = getattr(base, name)
-        if isinstance(default, bool):
-            value = bool(value)
-        elif isinstance(default, int):
-            value = int(round(float(value)))
-        elif isinstance(default, float):
-            value = float(value)
+        try:
+            if isinstance(default, bool):
+                value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+            elif isinstance(default, int):
+                value = int(round(float(value)))
+            elif isinstance(default, float):
+                value = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{name} must be a number, got {value!r}") from None
         overrides[name] = value
     return base.replace(**overrides)
 
@@ -166,7 +169,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
     def run(prompt: str, method: str, probe: bool, layer: float, positions: str, *values: Any,
             request: gr.Request = None):
         session = request.session_hash if request is not None else "api"
-        if not prompt or not prompt.strip():
+        if not isinstance(prompt, str) or not prompt.strip():
             raise gr.Error("The prompt is empty: type a question or pick an example.")
         if len(prompt) > MAX_PROMPT_CHARS:
             raise gr.Error(f"The prompt has {len(prompt)} characters; the limit is {MAX_PROMPT_CHARS}.")
@@ -293,9 +296,10 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
     def preset_values(method: str):
         cfg = resolve(method, **RUN_DEFAULTS)
         polestar_method = cfg.cache == CacheKind.POLESTAR  # its component switches mean nothing elsewhere
-        return [gr.update(value=str(getattr(cfg, n)) if FIELDS[n].metadata["choices"] else getattr(cfg, n),
-                          interactive=polestar_method or n not in SWITCHES)
-                for n in CONTROLS]
+        updates = [gr.update(value=str(getattr(cfg, n)) if FIELDS[n].metadata["choices"] else getattr(cfg, n),
+                             interactive=polestar_method or n not in SWITCHES)
+                   for n in CONTROLS]
+        return [*updates, f"controls set to {method}'s defaults"]
 
     with gr.Blocks(title="Polestar Studio") as demo:
         gr.Markdown("# Polestar Studio\nWatch a masked diffusion LLM decode, step by step: which tokens commit and "
@@ -311,7 +315,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                             step_btn = gr.Button("Step")
                             stop_btn = gr.Button("Stop")
                             reset_btn = gr.Button("Reset")
-                        status = gr.Markdown("ready")
+                        status = gr.Markdown("ready", label="Status")
                         gr.Examples([[ex.prompt] for ex in examples], inputs=[prompt],
                                     label="Task examples (known answers)")
                         with gr.Accordion("Instant replays (cached example runs)", open=False):
@@ -365,15 +369,15 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
         run_btn.click(on_gpu(_named(run, ["prompt", "method", "probe", "layer", "positions", *CONTROLS])),
                       [prompt, method, probe, layer, positions, *controls],
                       [*panels, metrics, status, playhead], api_name="run", show_progress="hidden",
-                      concurrency_limit=4)
+                      concurrency_limit=4, preprocess=False)  # raw values: _config names a bad field itself
         # no `cancels`: the flag stops the decode within one step and the run then yields its final frame
         stop_btn.click(stop_run, None, status, api_name="stop")
         reset_btn.click(reset, None, [*panels, metrics, status, playhead], api_name="reset")
         step_btn.click(step, [playhead, layer, positions], [*panels, playhead], api_name="step")
         playhead.change(move, [playhead, layer, positions], panels, api_name="playhead", show_progress="hidden")
-        layer.release(move, [playhead, layer, positions], panels, api_name=False)
+        layer.change(move, [playhead, layer, positions], panels, api_name=False)  # drags and typed numbers
         positions.submit(move, [playhead, layer, positions], panels, api_name=False)
-        method.change(preset_values, method, controls, api_name=False)
+        method.change(preset_values, method, [*controls, status], api_name=False)
         export_trace.click(export_parquet, None, download, api_name=False)
         export_html.click(export_report, None, download, api_name=False)
         replay_btn.click(replay, [replay_pick, layer, positions], [*panels, metrics, status, playhead, prompt],

@@ -71,6 +71,9 @@ def test_bad_input_gets_a_message_and_the_app_keeps_serving(client):
         client.predict("Copy the list: 1 2", top_k=9, api_name="/run")
     with pytest.raises(AppError, match="not a multiple of block_length"):
         client.predict("Copy the list: 1 2", gen_length=40, api_name="/run")
+    for field, value in (("gen_length", "abc"), ("tau_s", "nan"), ("tau_s", "inf"), ("seed", None)):
+        with pytest.raises(AppError, match=field):  # wrong types and non-finite numbers name the field
+            client.predict("Copy the list: 1 2", **{field: value}, api_name="/run")
     final = _metrics(client.predict("Copy the list: 1 2 3 4", **FAST, api_name="/run"))
     assert final["nfe"] >= 1
 
