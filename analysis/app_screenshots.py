@@ -23,7 +23,7 @@ def main() -> None:
     demo.queue().launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
         page.goto(demo.local_url)
         page.get_by_role("button", name="Run", exact=True).click()
         page.get_by_text("done", exact=True).wait_for(timeout=180_000)

@@ -28,7 +28,7 @@ def page(tmp_path_factory):
     demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+        tab = browser.new_page(viewport={"width": 1440, "height": 900})
         tab.goto(demo.local_url)
         yield tab
         browser.close()
@@ -36,9 +36,15 @@ def page(tmp_path_factory):
 
 
 def test_run_an_example_and_scrub(page, tmp_path):
-    page.get_by_role("button", name="Run", exact=True).click()
+    run = page.get_by_role("button", name="Run", exact=True)
+    box = run.bounding_box()
+    assert box is not None and box["y"] + box["height"] <= 900, box  # Run is in the first 1440×900 viewport
+    run.click()
     page.get_by_text("done", exact=True).wait_for(timeout=120_000)
-    assert page.locator(".js-plotly-plot").count() >= 2
+    assert page.locator(".js-plotly-plot").count() >= 5  # the canvas and the four views, all drawn
+    with_data = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                              ".filter(p => (p.data || []).some(t => (t.x || t.z || []).length > 0)).length")
+    assert with_data >= 5, with_data
     title = page.locator(".js-plotly-plot .gtitle").first.text_content()
     assert title.startswith("Token canvas — step")
     steps = int(title.split("/")[-1])
