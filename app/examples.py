@@ -12,7 +12,10 @@ from __future__ import annotations
 from polestar import tasks
 from polestar.tasks import Example
 
-# (task, index among make(task, 40, seed=0)): word problems first; the first one is the default prompt
+# (task, index among make(task, 40, seed=0)): word problems first; the first one is the default prompt. With
+# the shipped weights (step 2,000) and Polestar's defaults, arith #0 ran 72 forwards with 33 refresh steps, 36
+# drift commits and 45 suffix commits, none of them EOS; arith #1–3 had 30–37 refreshes, 25–33 drift commits
+# and 30–38 content suffix commits; the list examples mostly commit EOS tails from the suffix.
 PICKS = (("arith", 0), ("arith", 1), ("arith", 2), ("arith", 3), ("lists", 0), ("lists", 1), ("lists", 2),
          ("lists", 3))
 POOL = 40

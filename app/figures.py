@@ -66,14 +66,14 @@ def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None) -> go.Figure
     marked. Beside it, Polestar's per-cluster drift at that layer when the run has it."""
     t = rec.n_steps if t is None else t
     clusters = _cluster_drift(rec, layer, t)
-    fig = make_subplots(rows=1, cols=2 if clusters is not None else 1, column_widths=[0.75, 0.25]
+    fig = make_subplots(rows=1, cols=2 if clusters is not None else 1, column_widths=[0.62, 0.38]
                         if clusters is not None else None, subplot_titles=("token drift", "cluster drift")
-                        if clusters is not None else None)
+                        if clusters is not None else None, horizontal_spacing=0.16)
     if rec.drift and t > 0:
         z = np.stack([d[layer] for d in rec.drift[:t]], axis=1).astype(np.float32)  # [G, steps]
         vmax = float(np.nanpercentile(np.stack([d[layer] for d in rec.drift]), 99)) or 1e-6
         fig.add_trace(go.Heatmap(z=z, x=np.arange(1, t + 1), zmin=0, zmax=vmax, colorscale="Viridis",
-                                 colorbar=dict(title="KL", x=0.72 if clusters is not None else 1.0),
+                                 colorbar=dict(title="KL", x=0.535 if clusters is not None else 1.0, thickness=10),
                                  hovertemplate="step %{x}<br>pos %{y}<br>KL %{z:.3g}<extra></extra>"), 1, 1)
         steps, _ = rec.commit_info()
         done = (steps > 0) & (steps <= t)
@@ -81,7 +81,7 @@ def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None) -> go.Figure
                                  marker=dict(symbol="x", size=5, color="white", line=dict(width=1))), 1, 1)
     if clusters is not None:
         fig.add_trace(go.Heatmap(z=clusters, x=np.arange(1, clusters.shape[1] + 1), colorscale="Magma",
-                                 colorbar=dict(title="KL", x=1.02),
+                                 colorbar=dict(title="KL", x=1.02, thickness=10),
                                  hovertemplate="step %{x}<br>cluster %{y}<br>KL %{z:.3g}<extra></extra>"), 1, 2)
         fig.update_yaxes(title="cluster", row=1, col=2)
         fig.update_xaxes(title="step", row=1, col=2)

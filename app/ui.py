@@ -50,8 +50,9 @@ EXPLAIN = {
     "timeline": "One marker per commit. The black line is tokens per forward so far (TPF).",
     "replay": "Runs recorded with the shipped model, played back from their traces in about two seconds: no "
               "decoding, so they work even while the model loads. Scrub them with the playhead afterwards.",
-    "staleness": "How far the cached K/V are from a full recompute of the current canvas. Fast-dLLM's cache goes "
-                 "stale between block entries; Polestar's sparse refreshes pull it back.",
+    "staleness": "How far the cached K/V are from a full recompute of the current canvas, per layer and step "
+                 "(measured outside NFE/TPS). It drops at block entries and refreshes and grows while the block "
+                 "is decoded against frozen entries; Compare puts two methods side by side.",
 }
 
 
