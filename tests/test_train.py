@@ -17,13 +17,13 @@ from polestar.train.trainer import TrainConfig, export, train
 
 MICRO = dict(d_model=32, n_layers=2, n_heads=4, mlp_hidden=64, vocab_size=400, token_budget=768,
              response_lengths=(48, 64), warmup=5, lr=3e-3, tokenizer_corpus=400, log_every=1, threads=2,
-             split_digits=True)
+             split_digits=True, tasks=("lists",))  # v2 arith answers (median 169 tokens) do not fit 48–64
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     run = tmp_path_factory.mktemp("run")
-    cfg = TrainConfig(out_dir=str(run), steps=40, ckpt_every=20, **MICRO)
+    cfg = TrainConfig(out_dir=str(run), steps=80, ckpt_every=40, **MICRO)
     train(cfg)
     return cfg, run
 
@@ -35,8 +35,9 @@ def _losses(run):
 def test_loss_falls(trained):
     _, run = trained
     losses = _losses(run)
-    assert len(losses) == 40
-    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert len(losses) == 80
+    # windows of 10 steps: batches cycle through the two tasks, so each window holds both equally
+    first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
     assert last < 0.6 * first, (first, last)
 
 
@@ -45,9 +46,9 @@ def test_resume_is_exact(trained, tmp_path, workers):
     """20 steps, stop, resume to 40 gives the same weights as 40 straight steps (same data, same schedule); the
     same when the resumed half takes its batches from worker processes (they build them out of order)."""
     cfg, run = trained
-    split = TrainConfig(out_dir=str(tmp_path / "split"), steps=40, ckpt_every=20, **MICRO)
-    train(split, until=20)
-    assert json.loads((tmp_path / "split" / "state.json").read_text())["step"] == 20
+    split = TrainConfig(out_dir=str(tmp_path / "split"), steps=80, ckpt_every=40, **MICRO)
+    train(split, until=40)
+    assert json.loads((tmp_path / "split" / "state.json").read_text())["step"] == 40
     train(dataclasses.replace(split, workers=workers))
     a = load_file(str(run / "state.safetensors"))
     b = load_file(str(tmp_path / "split" / "state.safetensors"))
