@@ -135,11 +135,12 @@ def restore_query(params: dict[str, str]) -> tuple[str | None, str, DecodeConfig
     """(prompt, method, config) from a shared link's query parameters; unknown keys are ignored, bad values raise
     PolestarError naming the field."""
     method = params.get("method", "polestar")
+    base = resolve(method)
     values: dict[str, Any] = {}
     for name in CONTROLS:
         if name in params:
             raw = params[name]
-            default = getattr(resolve(method), name)
+            default = getattr(base, name)
             values[name] = raw.lower() in ("1", "true", "yes", "on") if isinstance(default, bool) else raw
     return params.get("prompt"), method, _config(method, {**RUN_DEFAULTS, **values})
 

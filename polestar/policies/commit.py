@@ -12,6 +12,7 @@ commit window from predictions a cache policy offers (`caches.base.ExtraTargets`
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import torch
@@ -50,13 +51,14 @@ def _top1(confidence: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
     return top & eligible
 
 
-class CommitPolicy:
+class CommitPolicy(ABC):
     """Base of the commit rules: `select` is the rule; `reason` names its commits in the trace."""
 
     reason: CommitReason
 
+    @abstractmethod
     def select(self, confidence: torch.Tensor, rank: torch.Tensor, ctx: CommitContext) -> Selection:
-        raise NotImplementedError
+        """The commit masks of one step."""
 
     def trace_columns(self, confidence: torch.Tensor, ctx: CommitContext) -> dict[str, list[float]]:
         """Extra per-target trace columns of the rule (row 0); none by default."""
