@@ -3,8 +3,9 @@ with --set) and report, per example, refresh steps, drift commits and suffix com
 all steps the distributions the rules compare: block targets in the band τ_early < c < τ_s, their drift delta
 Δ against the gate α(τ_s − c)² and δ_max, and the suffix candidates' confidence against τ_suffix.
 
-    python -m analysis.polestar_firing --task arith --n 100 --out results/polestar_firing_arith.json
-    python -m analysis.polestar_firing --task arith --n 20 --alpha 2.5 --tau-early 0.5   # any DecodeConfig flag
+    python -m analysis.polestar_firing --task arith --n 100 --out reports/polestar_firing_arith.json
+    python -m analysis.polestar_firing --task arith --n 20 --polestar-alpha 2.5 \
+        --polestar-tau-early 0.5   # any DecodeConfig flag
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def measure(model, task: str, n: int, overrides: dict) -> dict:
             if "drift_delta" not in columns:
                 continue
             for c, d, g in zip(columns["confidence"], columns["drift_delta"], columns["drift_gate"]):
-                if c <= cfg.tau_early:
+                if c <= cfg.polestar_tau_early:
                     below_band += 1
                 elif c >= cfg.tau_s:
                     above += 1
@@ -49,7 +50,7 @@ def measure(model, task: str, n: int, overrides: dict) -> dict:
                     band_delta.append(d)
                     band_gate.append(g)
                     band += d >= g
-                    band_fire += cfg.tau_early < c < cfg.tau_s and g <= d < cfg.delta_max
+                    band_fire += cfg.polestar_tau_early < c < cfg.tau_s and g <= d < cfg.polestar_delta_max
     examples = len(per_example)
     mean = {k: round(sum(e[k] for e in per_example) / examples, 3) for k in per_example[0] if k != "correct"}
     return {
@@ -63,7 +64,7 @@ def measure(model, task: str, n: int, overrides: dict) -> dict:
                           "in band with delta >= gate": band, "in band, gate <= delta < delta_max": band_fire},
         "band_delta": _quantiles(band_delta), "band_gate": _quantiles(band_gate),
         "suffix_candidates": len(suffix_conf),
-        "suffix_candidates_at_or_above_tau_suffix": sum(c >= cfg.tau_suffix for c in suffix_conf),
+        "suffix_candidates_at_or_above_tau_suffix": sum(c >= cfg.polestar_tau_suffix for c in suffix_conf),
         "suffix_confidence": _quantiles(suffix_conf),
         "per_example": per_example,
     }

@@ -69,14 +69,15 @@ def main() -> None:
     parser.add_argument("--gen-length", type=int, default=256)
     parser.add_argument("--methods", default="fast-dllm,polestar")
     parser.add_argument("--model", default=polestar.DEFAULT_MODEL)
-    parser.add_argument("--out", help="default docs/step_breakdown.md (generation 256), else docs/step_breakdown_gG.md")
+    parser.add_argument("--out", help="default reports/step_breakdown.md (generation 256), "
+                                 "else reports/step_breakdown_gG.md")
     args = parser.parse_args()
     model = polestar.load_model(args.model, device="cuda" if torch.cuda.is_available() else "cpu")
     prompts = [ex.prompt for ex in tasks.make(args.suite, args.n, seed=0)]
     rows = [measure(model, prompts, m, args.gen_length) for m in args.methods.split(",")]
     text = markdown(rows, args.n, args.suite, args.gen_length)
     suffix = "" if args.gen_length == 256 else f"_g{args.gen_length}"
-    Path(args.out or ROOT / "docs" / f"step_breakdown{suffix}.md").write_text(text)
+    Path(args.out or ROOT / "reports" / f"step_breakdown{suffix}.md").write_text(text)
     print(text)
 
 

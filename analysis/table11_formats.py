@@ -11,5 +11,5 @@ FORMATS = ("fp16", "fp8", "int8", "mxfp4", "int2", "nvfp4", "nvfp4-residual")
 
 if __name__ == "__main__":
     main("table11_formats", "Hidden-state formats",
-         lambda a: {f: resolve("polestar", gen_length=a.gen_length, hidden_format=f) for f in FORMATS},
+         lambda a: {f: resolve("polestar", gen_length=a.gen_length, polestar_hidden_format=f) for f in FORMATS},
          "fp16", ["arith"])

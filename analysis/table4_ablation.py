@@ -12,8 +12,9 @@ def configs(a):
     g = a.gen_length
     return {
         "fast-dllm": resolve("fast-dllm", gen_length=g),
-        "+polestar-cache": resolve("polestar", gen_length=g, current_commit=False, suffix_commit=False),
-        "+current-commit": resolve("polestar", gen_length=g, suffix_commit=False),
+        "+polestar-cache": resolve("polestar", gen_length=g, polestar_current_commit=False,
+                                   polestar_suffix_commit=False),
+        "+current-commit": resolve("polestar", gen_length=g, polestar_suffix_commit=False),
         "+suffix-commit": resolve("polestar", gen_length=g),
     }
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from app import figures
 from app.record import RunRecord
-from polestar.config import DecodeConfig
+from polestar.config import DecodeConfig, upgrade_names
 from polestar.trace import Commit, StepEvent
 
 META_KEY = b"polestar_run"
@@ -63,7 +63,7 @@ def load_parquet(path: str | Path) -> RunRecord:
                            + (f" (missing columns: {', '.join(missing)})" if missing else " (no run metadata)"))
     meta = json.loads(meta)
     try:
-        cfg = DecodeConfig(**{k: v for k, v in meta["config"].items()})
+        cfg = DecodeConfig(**upgrade_names(meta["config"], warn=False))
     except Exception as exc:
         raise RunFileError(f"the run's config is invalid: {exc}") from exc
     rows = table.to_pylist()

@@ -94,9 +94,15 @@ def _run(args: argparse.Namespace) -> int:
         resolve(m, **overrides)
     for s in suites:
         polestar.tasks.make(s, 0)
-    model = polestar.load_model(args.model, dtype=args.dtype, device=args.device)
+    from polestar.distributed import shard
+
+    part = shard()
+    device = args.device or (part.device if part.world > 1 else None)  # one model copy per process
+    model = polestar.load_model(args.model, dtype=args.dtype, device=device)
     rows = bench.run_bench(model, suites, args.n, bench.configs_for(methods, overrides),
                            args.seed if args.seed is not None else 0, out=args.out, decode=not args.table_only)
+    if rows is None:  # a data-parallel rank other than 0: rank 0 reports
+        return 0
     table = bench.summarise(rows, methods=methods)
     text = bench.markdown(table, rows)
     print(text)

@@ -76,7 +76,12 @@ def generate(
     """Decode `prompt` with a preset (`polestar.config.PRESETS`) or a `DecodeConfig`, fields overridden by
     keyword (e.g. `gen_length=128, tau_s=0.8`)."""
     cfg = resolve(method, **overrides)
-    ids = encode_prompt(model, prompt, raw)
+    return result_of(model, encode_prompt(model, prompt, raw), cfg, trace=trace, on_step=on_step)
+
+
+def result_of(model, ids: torch.Tensor, cfg: DecodeConfig, trace: bool = False,
+              on_step: Callable[[StepEvent, torch.Tensor], bool | None] | None = None) -> GenerationResult:
+    """Decode prompt ids [1, P] with `cfg` and describe the result: text, NFE, TPF, TPS, counters."""
     out: DecodeResult = decode(model, ids, cfg, trace=trace, on_step=on_step)
     gen = out.token_ids.tolist()
     text = model.tokenizer.decode(gen, skip_special_tokens=True) if model.tokenizer is not None else ""

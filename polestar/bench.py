@@ -23,6 +23,7 @@ from typing import Any
 from polestar import tasks
 from polestar.api import generate
 from polestar.config import DecodeConfig, resolve
+from polestar.distributed import shard
 from polestar.errors import ConfigError
 
 
@@ -51,11 +52,15 @@ def configs_for(methods: list[str], overrides: dict[str, Any]) -> dict[str, Deco
 
 
 def run_bench(model, suites: list[str], n: int, configs: dict[str, DecodeConfig], seed: int,
-              progress: bool = True, out: Path | None = None, decode: bool = True) -> list[dict[str, Any]]:
+              progress: bool = True, out: Path | None = None, decode: bool = True) -> list[dict[str, Any]] | None:
     """Decode every example with every labelled config. With `out`, rows are appended to that CSV as they
     finish and (suite, example, label, config) rows of the same weights already in it are skipped: an interrupted
     bench resumes, and a bench of other weights never mixes with them. `decode=False` decodes nothing and returns
-    the rows `out` already holds (the table of a partial bench)."""
+    the rows `out` already holds (the table of a partial bench).
+
+    Under a launcher (`accelerate launch --num_processes N -m polestar bench ...`) each process decodes every N-th
+    of the decodes left to do and rank 0 gathers the rows, writes them (in the order one process would) and
+    returns them; the other ranks return None. Rows do not depend on N: each decode is the same batch-1 decode."""
     if not decode and out is None:
         raise BenchError("a table without decoding reads the rows of an earlier bench: pass its --out CSV")
     methods = list(configs)
@@ -71,20 +76,33 @@ def run_bench(model, suites: list[str], n: int, configs: dict[str, DecodeConfig]
     todo = [(s, i, ex, m) for s, i, ex in work for m in methods if (s, i, m, config_json[m]) not in done]
     if not decode:
         todo = []
-    if todo:
-        for m in dict.fromkeys(m for *_, m in todo):  # warm-up, excluded
+    part = shard()
+    mine = part.take(todo)
+    if mine:
+        for m in dict.fromkeys(m for *_, m in mine):  # warm-up, excluded
             generate(model, "Copy the list: 1 2 3 4", configs[m])
-    bar = _progress(len(todo), progress)
-    for suite, i, ex, m in todo:
+    bar = _progress(len(mine), progress and part.rank == 0)
+    new = []
+    for suite, i, ex, m in mine:
         r = generate(model, ex.prompt, configs[m])
         row = {"suite": suite, "example": i, "method": m, "correct": tasks.score(suite, ex, r.text),
                "nfe": r.nfe, "content_tokens": round(r.tpf * r.nfe), "tokens_per_step": r.tokens_per_step,
                "wall_s": r.wall_s, **r.counters.as_dict(), "config": config_json[m], **stamp}
-        rows.append(row)
-        if out is not None:
+        new.append(row)
+        if out is not None and part.world == 1:
             append_csv(row, out)
         bar.update(1)
     bar.close()
+    if part.world > 1:
+        gathered = part.gather(new)
+        if gathered is None:
+            return None
+        order = {(s, i, m): k for k, (s, i, _, m) in enumerate(todo)}
+        new = sorted((row for rows_of in gathered for row in rows_of),
+                     key=lambda r: order[(r["suite"], r["example"], r["method"])])
+        for row in new if out is not None else ():
+            append_csv(row, out)
+    rows += new
     wanted = {(s, i, m, config_json[m]) for s, i, _ in work for m in methods}
     rows = [r for r in rows if (r["suite"], int(r["example"]), r["method"], r["config"]) in wanted]
     if not rows and not decode:

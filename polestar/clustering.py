@@ -28,7 +28,7 @@ def spherical_kmeans(x: torch.Tensor, k: int, iters: int, first: torch.Tensor):
     Initialisation: member `first[b]`, then farthest-point seeding (the member least similar to every chosen
     seed), which avoids two seeds in one cluster; an emptied cluster keeps its centroid.
     Returns labels [B, n], centroids [B, k', d] and counts [B, k'] of the last assignment, k' = min(k, n);
-    `iters` ≥ 1 (`DecodeConfig.kmeans_iters`)."""
+    `iters` ≥ 1 (`DecodeConfig.polestar_kmeans_iters`)."""
     x = x.float()
     batch, n, _ = x.shape
     k = min(k, n)

@@ -58,14 +58,14 @@ class DecodeConfig:
     seed: int = _f(0, "seed of the sampling generator (ignored at temperature 0)", "decoding", 0, 2**31 - 1, 1)
     commit: CommitRule = _f(CommitRule.QUOTA, "commit rule", "commit", choices=tuple(CommitRule))
     tau_s: float = _f(0.9, "confidence threshold τ_s of the threshold rule", "commit", 0.0, 1.0, 0.01)
-    factor: float = _f(1.0, "parallel factor f of the factor rule", "commit", 0.0, 8.0, 0.1)
-    prior_sigma: float = _f(0.0, "d2Cache certainty prior: Gaussian std in positions (0 = off)", "commit",
-                            0.0, 64.0, 0.5)
-    window: int = _f(0, "sliding commit window: the first W masked positions (0 = the current block)", "commit",
-                     0, 1024, 1)
+    commit_factor: float = _f(1.0, "factor rule: parallel factor f (Fast-dLLM)", "commit", 0.0, 8.0, 0.1)
+    commit_window: int = _f(0, "sliding commit window: the first W masked positions (0 = the current block; "
+                            "Elastic-Cache's window)", "commit", 0, 1024, 1)
+    d2_prior_sigma: float = _f(0.0, "d2Cache certainty prior: Gaussian std σ in positions (0 = off)", "commit",
+                               0.0, 64.0, 0.5)
     cache: CacheKind = _f(CacheKind.NONE, "cache policy", "cache", choices=tuple(CacheKind))
-    refresh_interval: int = _f(0, "prefix/dual: full refresh every k steps inside a block (0 = block entry only)",
-                               "cache", 0, 1024, 1)
+    fastdllm_refresh_interval: int = _f(0, "prefix/dual cache: full refresh every k steps inside a block (0 = block "
+                                        "entry only)", "cache", 0, 1024, 1)
     elastic_gamma: float = _f(0.9, "Elastic-Cache: refresh when tracked attention similarity < γ", "elastic",
                               0.0, 1.0, 0.01)
     elastic_track: int = _f(1, "Elastic-Cache: most-attended tokens tracked per layer", "elastic", 1, 64, 1)
@@ -76,28 +76,31 @@ class DecodeConfig:
     entropy_k: int = _f(4, "EntropyCache: recently decoded tokens re-queried on skip steps", "entropycache",
                         0, 256, 1)
     polestar_cache: bool = _f(True, "Polestar-Cache: windowed entries, clustered drift, sparse refresh", "polestar")
-    current_commit: bool = _f(True, "Polestar-Commit: early commit on drift events in the current block (with "
-                              "commit='drift'; off, the drift rule is its threshold base)", "polestar")
-    suffix_commit: bool = _f(True, "Polestar-Commit: commit suffix tokens from refreshed logits", "polestar")
-    window_prefix: int = _f(2, "local window before the block, in blocks (2 = 2B)", "polestar", 0, 8, 1)
-    window_suffix: int = _f(1, "local window after the block, in blocks (1 = B)", "polestar", 0, 8, 1)
-    n_centroids: int = _f(8, "clusters K per layer, split prefix/suffix by length", "polestar", 2, 64, 1)
-    top_k: int = _f(4, "clusters refreshed per layer on a refresh step", "polestar", 1, 64, 1)
-    top_k_last_layer: int = _f(4, "clusters refreshed at the final layer (public code: 1)", "polestar", 1, 64, 1)
-    tau_upd: int = _f(3, "refresh after a step committing ≥ τ_upd−1 or τ_upd cumulative tokens (0 = never)",
-                      "polestar", 0, 64, 1)
-    history: int = _f(5, "drift history h: the last h drift vectors of the block", "polestar", 0, 64, 1)
-    alpha: float = _f(10.0, "early-commit gate τ_d = α(τ_s − c)²", "polestar", 0.0, 100.0, 0.5)
-    tau_early: float = _f(0.7, "early commit needs confidence above this", "polestar", 0.0, 1.0, 0.01)
-    delta_max: float = _f(2.0, "early commit needs drift delta below this", "polestar", 0.0, 100.0, 0.1)
-    tau_suffix: float = _f(0.9, "suffix commit confidence threshold", "polestar", 0.0, 1.0, 0.01)
-    hidden_format: str = _f("nvfp4-residual", "format of the cached window hidden states", "polestar",
-                            choices=FORMATS)
-    entry_schedule: EntrySchedule = _f(EntrySchedule.ALTERNATE, "block-entry schedule", "polestar",
-                                       choices=tuple(EntrySchedule))
-    drift_reference: DriftReference = _f(DriftReference.LAST_REFRESH, "reference of the cluster drift", "polestar",
-                                         choices=tuple(DriftReference))
-    kmeans_iters: int = _f(5, "spherical k-means iterations", "polestar", 1, 50, 1)
+    polestar_current_commit: bool = _f(True, "Polestar-Commit: early commit on drift events in the current block "
+                                       "(with commit='drift'; off, the drift rule is its threshold base)", "polestar")
+    polestar_suffix_commit: bool = _f(True, "Polestar-Commit: commit suffix tokens from refreshed logits", "polestar")
+    polestar_window_prefix: int = _f(2, "local window Ω_b before the block, in blocks (2 = 2B)", "polestar", 0, 8, 1)
+    polestar_window_suffix: int = _f(1, "local window Ω_b after the block, in blocks (1 = B)", "polestar", 0, 8, 1)
+    polestar_centroids: int = _f(8, "centroids K per layer, split prefix/suffix by length", "polestar", 2, 64, 1)
+    polestar_refresh_clusters: int = _f(4, "top-k: clusters refreshed per layer on a refresh step", "polestar",
+                                        1, 64, 1)
+    polestar_refresh_clusters_last: int = _f(4, "top-k at the final layer (public code: 1)", "polestar", 1, 64, 1)
+    polestar_tau_upd: int = _f(3, "τ_upd: refresh after a step committing ≥ τ_upd−1 or τ_upd cumulative tokens "
+                               "(0 = never)", "polestar", 0, 64, 1)
+    polestar_history: int = _f(5, "drift history h: the last h drift vectors of the block", "polestar", 0, 64, 1)
+    polestar_alpha: float = _f(10.0, "α of the early-commit gate τ_d = α(τ_s − c)²", "polestar", 0.0, 100.0, 0.5)
+    polestar_tau_early: float = _f(0.7, "τ_early: an early commit needs confidence above this", "polestar",
+                                   0.0, 1.0, 0.01)
+    polestar_delta_max: float = _f(2.0, "δ_max: an early commit needs drift delta below this", "polestar",
+                                   0.0, 100.0, 0.1)
+    polestar_tau_suffix: float = _f(0.9, "τ_suffix: suffix commit confidence threshold", "polestar", 0.0, 1.0, 0.01)
+    polestar_hidden_format: str = _f("nvfp4-residual", "format of the cached window hidden states", "polestar",
+                                     choices=FORMATS)
+    polestar_entry_schedule: EntrySchedule = _f(EntrySchedule.ALTERNATE, "block-entry schedule", "polestar",
+                                                choices=tuple(EntrySchedule))
+    polestar_drift_reference: DriftReference = _f(DriftReference.LAST_REFRESH, "reference of the cluster drift",
+                                                  "polestar", choices=tuple(DriftReference))
+    polestar_kmeans_iters: int = _f(5, "spherical k-means iterations", "polestar", 1, 50, 1)
     impl: str = _f("auto", "kernels: 'triton' (CUDA, or the interpreter in tests), 'torch' references, 'auto' "
                    "(Triton on a CUDA device)", "system", choices=("auto", "triton", "torch"))
     offload: str = _f("auto", "keep the quantized window in host memory and prefetch refreshed rows ('auto': on a "
@@ -127,10 +130,10 @@ class DecodeConfig:
                 raise ConfigError(f"{f.name} must be an integer, got {value!r}")
             if not meta["min"] <= value <= meta["max"]:
                 raise ConfigError(f"{f.name}={value} is out of range: use a value in [{meta['min']}, {meta['max']}]")
-        for name in ("top_k", "top_k_last_layer"):
-            if getattr(self, name) > self.n_centroids:
+        for name in ("polestar_refresh_clusters", "polestar_refresh_clusters_last"):
+            if getattr(self, name) > self.polestar_centroids:
                 raise ConfigError(
-                    f"{name}={getattr(self, name)} exceeds n_centroids={self.n_centroids}: "
+                    f"{name}={getattr(self, name)} exceeds polestar_centroids={self.polestar_centroids}: "
                     "refresh at most every cluster"
                 )
         if self.gen_length % self.block_length:
@@ -156,6 +159,7 @@ class DecodeConfig:
         return self.gen_length // self.block_length
 
     def replace(self, **overrides: Any) -> "DecodeConfig":
+        overrides = upgrade_names(overrides)
         unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(self)})
         if unknown:
             known = ", ".join(f.name for f in dataclasses.fields(self))
@@ -163,22 +167,52 @@ class DecodeConfig:
         return dataclasses.replace(self, **overrides)
 
 
+# Field names before the method prefixes (deprecated: accepted with a warning for one release).
+DEPRECATED_NAMES: dict[str, str] = {
+    "window": "commit_window", "factor": "commit_factor", "prior_sigma": "d2_prior_sigma",
+    "refresh_interval": "fastdllm_refresh_interval", "current_commit": "polestar_current_commit",
+    "suffix_commit": "polestar_suffix_commit", "window_prefix": "polestar_window_prefix",
+    "window_suffix": "polestar_window_suffix", "n_centroids": "polestar_centroids",
+    "top_k": "polestar_refresh_clusters", "top_k_last_layer": "polestar_refresh_clusters_last",
+    "tau_upd": "polestar_tau_upd", "history": "polestar_history", "alpha": "polestar_alpha",
+    "tau_early": "polestar_tau_early", "delta_max": "polestar_delta_max", "tau_suffix": "polestar_tau_suffix",
+    "hidden_format": "polestar_hidden_format", "entry_schedule": "polestar_entry_schedule",
+    "drift_reference": "polestar_drift_reference", "kmeans_iters": "polestar_kmeans_iters",
+}
+
+
+def upgrade_names(values: dict[str, Any], warn: bool = True) -> dict[str, Any]:
+    """`values` with deprecated field names replaced by the current ones (a DeprecationWarning names each unless
+    `warn` is off: a file written before the rename is upgraded silently)."""
+    old = [k for k in values if k in DEPRECATED_NAMES]
+    if not old:
+        return values
+    import warnings
+
+    for k in old:
+        if DEPRECATED_NAMES[k] in values:
+            raise ConfigError(f"{k} and {DEPRECATED_NAMES[k]} name one field: pass only {DEPRECATED_NAMES[k]}")
+        if warn:
+            warnings.warn(f"config field {k!r} is now {DEPRECATED_NAMES[k]!r}", DeprecationWarning, stacklevel=3)
+    return {DEPRECATED_NAMES.get(k, k): v for k, v in values.items()}
+
+
 BASELINE = DecodeConfig()
 PARALLEL = DecodeConfig(commit=CommitRule.THRESHOLD)
 FAST_DLLM = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.DUAL)
 FAST_DLLM_PREFIX = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.PREFIX)
 # Elastic-Cache's LLaDA defaults: γ 0.9, one tracked token per layer, a 32-position sliding window, τ 0.9.
-ELASTIC_CACHE = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.ELASTIC, window=32)
+ELASTIC_CACHE = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.ELASTIC, commit_window=32)
 # d2Cache's defaults: 32 masked candidates, rollout nucleus p 0.1, one token per step ranked with the certainty
 # prior (σ 10, d2Cache's LLaDA setting is unverified: see docs/baselines.md §2.8).
-D2CACHE = DecodeConfig(commit=CommitRule.QUOTA, cache=CacheKind.D2, prior_sigma=10.0)
+D2CACHE = DecodeConfig(commit=CommitRule.QUOTA, cache=CacheKind.D2, d2_prior_sigma=10.0)
 # EntropyCache (reconstructed): threshold decoding on the d2Cache-style query forward, entropy-triggered refresh.
 ENTROPY_CACHE = DecodeConfig(commit=CommitRule.THRESHOLD, cache=CacheKind.ENTROPY)
 # Polestar (paper Table 5 defaults) on Fast-dLLM's dual cache + the threshold rule with drift commits.
 POLESTAR = DecodeConfig(commit=CommitRule.DRIFT, cache=CacheKind.POLESTAR)
-POLESTAR_CACHE_ONLY = POLESTAR.replace(current_commit=False, suffix_commit=False)
+POLESTAR_CACHE_ONLY = POLESTAR.replace(polestar_current_commit=False, polestar_suffix_commit=False)
 # The public code's choices: windowed entry only every 4th block, top-1 cluster at the last layer.
-POLESTAR_CODE = POLESTAR.replace(entry_schedule=EntrySchedule.CODE, top_k_last_layer=1)
+POLESTAR_CODE = POLESTAR.replace(polestar_entry_schedule=EntrySchedule.CODE, polestar_refresh_clusters_last=1)
 
 PRESETS: dict[str, DecodeConfig] = {
     "baseline": BASELINE,

@@ -195,9 +195,9 @@ def decode(
 
 
 def _targets(canvas: torch.Tensor, start: int, end: int, cfg: DecodeConfig, mask_id: int) -> torch.Tensor:
-    """Positions eligible for commit: the block's masks, or the first `window` masks from the block start."""
-    if cfg.window > 0:
-        return ((canvas[0, start:] == mask_id).nonzero().flatten() + start)[: cfg.window]
+    """Positions eligible for commit: the block's masks, or the first `commit_window` masks from the block start."""
+    if cfg.commit_window > 0:
+        return ((canvas[0, start:] == mask_id).nonzero().flatten() + start)[: cfg.commit_window]
     return (canvas[0, start:end] == mask_id).nonzero().flatten() + start
 
 

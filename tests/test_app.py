@@ -67,8 +67,8 @@ def test_bad_input_gets_a_message_and_the_app_keeps_serving(client):
 
     with pytest.raises(AppError, match="prompt is empty"):
         client.predict("   ", api_name="/run")
-    with pytest.raises(AppError, match="top_k=9 exceeds n_centroids=8"):
-        client.predict("Copy the list: 1 2", top_k=9, api_name="/run")
+    with pytest.raises(AppError, match="polestar_refresh_clusters=9 exceeds polestar_centroids=8"):
+        client.predict("Copy the list: 1 2", polestar_refresh_clusters=9, api_name="/run")
     with pytest.raises(AppError, match="not a multiple of block_length"):
         client.predict("Copy the list: 1 2", gen_length=40, api_name="/run")
     for field, value in (("gen_length", "abc"), ("tau_s", "nan"), ("tau_s", "inf"), ("seed", None)):
@@ -135,7 +135,7 @@ def test_a_shared_link_restores_the_settings():
     defaults; restoring it gives the same config. A bad value names the field."""
     from urllib.parse import parse_qsl
 
-    from app.ui import CONTROLS, link_query, restore_query
+    from app.run_tab import CONTROLS, link_query, restore_query
     from polestar.config import resolve
     from polestar.errors import PolestarError
 
@@ -151,9 +151,9 @@ def test_a_shared_link_restores_the_settings():
 
 
 def test_per_session_state_is_bounded():
-    from app.ui import MAX_SESSIONS, _Sessions
+    from app.common import MAX_SESSIONS, Sessions
 
-    store = _Sessions()
+    store = Sessions()
     for i in range(MAX_SESSIONS + 5):
         store[f"s{i}"] = i
     assert len(store) == MAX_SESSIONS and "s0" not in store and f"s{MAX_SESSIONS + 4}" in store

@@ -72,7 +72,7 @@ def test_table_plot_reads_only_the_served_weights(tmp_path):
     with no rows get a BenchError that says to run `compute`."""
     from analysis.tables import plot
 
-    out = tmp_path / "results" / "mixed_g16.csv"
+    out = tmp_path / "reports" / "mixed_g16.csv"
     configs = bench.configs_for(["baseline", "fast-dllm"], SMALL)
     paths = [write_checkpoint(tmp_path / name, "llada", seed=seed) for name, seed in (("a", 0), ("b", 1), ("c", 2))]
     bench.run_bench(polestar.load_model(paths[0]), ["lists"], 2, configs, 0, progress=False, out=out)
@@ -97,3 +97,24 @@ def test_cli_bench_json(tmp_path):
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {r["method"] for r in summary} == {"baseline", "parallel"}
     assert "| arith | parallel | 1 |" in (tmp_path / "t.md").read_text()
+
+
+def test_bench_over_two_processes_equals_one(tmp_path):
+    """`accelerate launch --num_processes 2 -m polestar bench`: each process decodes half of the work, rank 0
+    writes every row in one process's order, and the rows are those of one process."""
+    import os
+
+    root = write_checkpoint(tmp_path / "m", "llada")
+    bench_args = ["-m", "polestar", "bench", "--model", str(root), "--suite", "arith,lists", "--n", "3",
+                  "--methods", "baseline,fast-dllm", "--gen-length", "16", "--block-length", "8"]
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+              "--main_process_port", "29632"]
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    for cmd, out in (([sys.executable], "one.csv"), (launch, "two.csv")):
+        proc = subprocess.run([*cmd, *bench_args, "--out", str(tmp_path / out)], capture_output=True, text=True,
+                              timeout=600, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    keys = ("suite", "example", "method", "correct", "nfe", "content_tokens", *bench.COUNTERS)
+    one, two = (bench.read_csv(tmp_path / name) for name in ("one.csv", "two.csv"))
+    assert len(one) == 12 and [[r[k] for k in keys] for r in one] == [[r[k] for k in keys] for r in two]

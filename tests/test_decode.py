@@ -49,7 +49,8 @@ def test_parallel_equals_reference_threshold(tiny):
 
 @pytest.mark.parametrize("method", ["fast-dllm", "fast-dllm-prefix"])
 def test_cache_refreshed_every_step_equals_no_cache(tiny, method):
-    cached = decode(tiny, _ids(tiny), resolve(method, gen_length=32, block_length=8, refresh_interval=1, tau_s=0.05))
+    cached = decode(tiny, _ids(tiny), resolve(method, gen_length=32, block_length=8, fastdllm_refresh_interval=1,
+                                                tau_s=0.05))
     fresh = decode(tiny, _ids(tiny), resolve("parallel", gen_length=32, block_length=8, tau_s=0.05))
     assert torch.equal(cached.canvas, fresh.canvas) and cached.nfe == fresh.nfe
 

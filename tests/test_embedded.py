@@ -48,7 +48,7 @@ def test_every_preset_runs(model, method):
 
 def test_polestar_with_components_off_is_fast_dllm(model):
     ids = encode_prompt(model, tasks.make("lists", 1, seed=0)[0].prompt)
-    off = dict(polestar_cache=False, current_commit=False, suffix_commit=False)
+    off = dict(polestar_cache=False, polestar_current_commit=False, polestar_suffix_commit=False)
     a = decode(model, ids, resolve("fast-dllm", gen_length=128))
     b = decode(model, ids, resolve("polestar", gen_length=128, **off))
     assert torch.equal(a.canvas, b.canvas) and a.nfe == b.nfe

@@ -17,8 +17,9 @@ from polestar.policies.commit import CommitContext, DriftCommitPolicy, make_extr
 from tests.tiny_checkpoints import write_checkpoint
 
 PROMPT = [[5, 9, 11, 7, 13, 20, 21, 8]]
-EXACT = dict(gen_length=32, block_length=8, window_prefix=8, window_suffix=8, n_centroids=8, top_k=8,
-             top_k_last_layer=8, tau_upd=1, hidden_format="fp16", current_commit=False, suffix_commit=False)
+EXACT = dict(gen_length=32, block_length=8, polestar_window_prefix=8, polestar_window_suffix=8, polestar_centroids=8,
+             polestar_refresh_clusters=8, polestar_refresh_clusters_last=8, polestar_tau_upd=1,
+             polestar_hidden_format="fp16", polestar_current_commit=False, polestar_suffix_commit=False)
 
 
 @pytest.fixture(scope="module", params=["llada", "dream"])
@@ -29,7 +30,7 @@ def tiny(request, tmp_path_factory):
 
 def test_all_components_off_is_fast_dllm(tiny):
     ids = torch.tensor(PROMPT)
-    off = dict(polestar_cache=False, current_commit=False, suffix_commit=False)
+    off = dict(polestar_cache=False, polestar_current_commit=False, polestar_suffix_commit=False)
     for tau in (0.05, 0.3):
         a = decode(tiny, ids, resolve("fast-dllm", gen_length=64, block_length=8, tau_s=tau))
         b = decode(tiny, ids, resolve("polestar", gen_length=64, block_length=8, tau_s=tau, **off))
@@ -42,7 +43,7 @@ def test_refresh_propagates_exactly(tiny):
     refreshes off leaves the suffix visibly stale."""
     ids = torch.tensor(PROMPT)
     on = decode(tiny, ids, resolve("polestar", tau_s=0.3, measure_staleness=True, **EXACT), trace=True)
-    off = decode(tiny, ids, resolve("polestar", tau_s=0.3, measure_staleness=True, **(EXACT | {"tau_upd": 0})),
+    off = decode(tiny, ids, resolve("polestar", tau_s=0.3, measure_staleness=True, **(EXACT | {"polestar_tau_upd": 0})),
                  trace=True)
     refresh_steps = [e for e in on.trace.events if e.kind == "refresh"]
     assert refresh_steps
@@ -68,7 +69,7 @@ def test_suffix_commits_land_and_are_aligned(tiny, monkeypatch):
                              result.extra_targets.logits.clone()))
 
     monkeypatch.setattr(PolestarCache, "_suffix", spy)
-    cfg = resolve("polestar", tau_s=0.3, **(EXACT | {"suffix_commit": True, "tau_suffix": 0.0}))
+    cfg = resolve("polestar", tau_s=0.3, **(EXACT | {"polestar_suffix_commit": True, "polestar_tau_suffix": 0.0}))
     out = decode(tiny, torch.tensor(PROMPT), cfg, trace=True)
     assert captured
     canvas, positions, logits = captured[0]
@@ -100,15 +101,15 @@ def test_refresh_gate_counts():
     for last, since, expected in [(0, 0, False), (2, 2, True), (1, 2, False), (0, 3, True), (1, 1, False)]:
         gate.last_step_commits, gate.since_refresh = last, since
         assert gate._refresh_now() is expected
-    gate.cfg = resolve("polestar", tau_upd=1)
+    gate.cfg = resolve("polestar", polestar_tau_upd=1)
     gate.last_step_commits, gate.since_refresh = 0, 0
     assert gate._refresh_now()
-    gate.cfg = resolve("polestar", tau_upd=0)
+    gate.cfg = resolve("polestar", polestar_tau_upd=0)
     assert not gate._refresh_now()
 
 
 def test_suffix_commit_rule_on_hand_built_logits():
-    cfg = resolve("polestar", tau_suffix=0.9)
+    cfg = resolve("polestar", polestar_tau_suffix=0.9)
     mask = 2
     canvas = torch.tensor([[1, 0, mask, mask, mask, 1]])
     probs = torch.tensor([[[0.95, 0.05, 0.0], [0.5, 0.5, 0.0], [0.02, 0.98, 0.0], [0.0, 1.0, 0.0]]]) + 1e-9
@@ -155,7 +156,7 @@ def test_offloaded_window_decodes_identically(tiny):
     """offload='on' (the host-memory store with prefetch of both layers' rows; synchronous on CPU) gives the
     same tokens, commits and drift values as the resident store."""
     ids = torch.tensor(PROMPT)
-    cfg = dict(gen_length=32, block_length=8, tau_s=0.3, tau_upd=2)
+    cfg = dict(gen_length=32, block_length=8, tau_s=0.3, polestar_tau_upd=2)
     a = decode(tiny, ids, resolve("polestar", offload="off", **cfg), trace=True)
     b = decode(tiny, ids, resolve("polestar", offload="on", **cfg), trace=True)
     assert torch.equal(a.canvas, b.canvas)
@@ -169,7 +170,7 @@ def test_profiling_sections_break_down_a_polestar_step(tiny):
     from polestar import profiling
 
     ids = torch.tensor(PROMPT)
-    cfg = resolve("polestar", gen_length=32, block_length=8, tau_s=0.3, tau_upd=2)
+    cfg = resolve("polestar", gen_length=32, block_length=8, tau_s=0.3, polestar_tau_upd=2)
     plain = decode(tiny, ids, cfg)
     with profiling.collect() as times:
         profiled = decode(tiny, ids, cfg)
@@ -192,7 +193,7 @@ def test_profiling_sections_break_down_a_dual_cache_step(tiny):
 
     ids = torch.tensor(PROMPT)
     for refresh in (0, 2):
-        cfg = resolve("fast-dllm", gen_length=32, block_length=8, tau_s=0.99, refresh_interval=refresh)
+        cfg = resolve("fast-dllm", gen_length=32, block_length=8, tau_s=0.99, fastdllm_refresh_interval=refresh)
         with profiling.collect() as times:
             out = decode(tiny, ids, cfg)
         assert out.nfe > 4  # more than one forward per block: there are in-block steps
@@ -211,7 +212,7 @@ def test_untraced_decode_skips_only_trace_work(tiny, monkeypatch):
     original = module.proxy_drift
     monkeypatch.setattr(module, "proxy_drift", lambda *a, **k: calls.append(1) or original(*a, **k))
     ids = torch.tensor(PROMPT)
-    cfg = resolve("polestar", gen_length=32, block_length=8, tau_s=0.3, tau_upd=3)
+    cfg = resolve("polestar", gen_length=32, block_length=8, tau_s=0.3, polestar_tau_upd=3)
     traced = decode(tiny, ids, cfg, trace=True)
     n_traced, calls[:] = len(calls), []
     plain = decode(tiny, ids, cfg)
@@ -243,8 +244,8 @@ def test_counters_match_the_trace(tiny):
     (drift, suffix and how many of those wrote EOS, forced). A permissive drift gate and suffix threshold make
     every counter non-zero on the random tiny model."""
     ids = torch.tensor(PROMPT)
-    cfg = resolve("polestar", gen_length=32, block_length=8, tau_s=0.3, tau_upd=1, alpha=0.0, tau_early=0.0,
-                  delta_max=100.0, tau_suffix=0.05)
+    cfg = resolve("polestar", gen_length=32, block_length=8, tau_s=0.3, polestar_tau_upd=1, polestar_alpha=0.0,
+                  polestar_tau_early=0.0, polestar_delta_max=100.0, polestar_tau_suffix=0.05)
     traced, plain = decode(tiny, ids, cfg, trace=True), decode(tiny, ids, cfg)
     assert torch.equal(traced.canvas, plain.canvas)
     _, commits = traced.trace.frames()

@@ -76,9 +76,9 @@ class D2Cache(CachePolicy):
             end = p + ((boundary - p) // block + 1) * block
             candidates = masked[masked < end]
         score = self.confidence[candidates]
-        if self.cfg.prior_sigma > 0:
+        if self.cfg.d2_prior_sigma > 0:
             decoded = (canvas[p:] != mask_id).unsqueeze(0)
-            score = score * certainty_density(decoded, self.cfg.prior_sigma)[0, candidates - p]
+            score = score * certainty_density(decoded, self.cfg.d2_prior_sigma)[0, candidates - p]
         score = score + (candidates < view.block_end).double() * (score.max() if len(score) else 0)
         top = candidates[score.topk(min(self.cfg.d2_k, len(candidates))).indices]
         chosen = torch.unique(torch.cat([top, new]))

@@ -1,5 +1,5 @@
 """Elastic-Cache (arXiv 2510.14973; docs/baselines.md §2.7): attention-aware drift test on the most-attended
-tokens, layer-wise refresh from the first drifting layer, sliding commit window (`window` in the config).
+tokens, layer-wise refresh from the first drifting layer, sliding commit window (`commit_window` in the config).
 
 State: the layer inputs X_l of every position (from the last full pass) and, per layer, the tracked tokens
 (the `elastic_track` keys the window's queries attend to most, among committed positions).

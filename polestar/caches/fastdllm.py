@@ -5,7 +5,7 @@
   it, attending to the frozen prefix K/V.
 - DualCache: full forward at block entry; later steps recompute only the current block (its K/V rows
   overwritten), attending to the frozen prefix and suffix K/V. The loop runs while the block has masks.
-`refresh_interval` k > 0 forces a full forward every k steps inside a block (k = 1: always fresh).
+`fastdllm_refresh_interval` k > 0 forces a full forward every k steps inside a block (k = 1: always fresh).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ class NoCache(CachePolicy):
 
 
 class _EntryCache(CachePolicy):
-    """Full forward at block entry (and every `refresh_interval` steps); a partial forward otherwise."""
+    """Full forward at block entry (and every `fastdllm_refresh_interval` steps); a partial forward otherwise."""
 
     def _full_now(self, view: StepView) -> bool:
-        k = self.cfg.refresh_interval
+        k = self.cfg.fastdllm_refresh_interval
         return self.cache is None or view.step == 0 or (k > 0 and view.step % k == 0)
 
     def begin_block(self, view: StepView) -> None:

@@ -1,11 +1,11 @@
 """Polestar-Cache and the drift signals of Polestar-Commit (arXiv 2607.14107; docs/algorithm.md).
 
 On top of Fast-dLLM's dual cache:
-- Block entry (docs/algorithm.md §2): a full forward, or (entry_schedule) a windowed forward over the local
-  window Ω_b (prefix `window_prefix`·B and suffix `window_suffix`·B around the block) ∪ the block, reusing every other
-  K/V row. Then, per layer, the window's layer inputs are clustered (spherical k-means, prefix and suffix
-  separately), stored as residuals against their centroids in `hidden_format`, and each centroid's
-  content-only proxy attention is kept as the drift reference. That work is only read by the block's later
+- Block entry (docs/algorithm.md §2): a full forward, or (`polestar_entry_schedule`) a windowed forward over the
+  local window Ω_b (prefix `polestar_window_prefix`·B and suffix `polestar_window_suffix`·B around the block) ∪ the
+  block, reusing every other K/V row. Then, per layer, the window's layer inputs are clustered (spherical k-means,
+  prefix and suffix separately), stored as residuals against their centroids in `polestar_hidden_format`, and each
+  centroid's content-only proxy attention is kept as the drift reference. That work is only read by the block's later
   steps, so it is deferred to the first of them: a block the entry forward commits whole (an EOS tail) never
   pays for it. Nothing writes the cache in between, so the deferred work sees exactly the entry's state; the
   k-means seeding is drawn from `seed` + block, so it does not depend on which earlier blocks clustered.
@@ -17,7 +17,7 @@ On top of Fast-dLLM's dual cache:
   not refresh, the cluster drift is read only by the trace (with the default `last_refresh` reference), so an
   untraced decode skips it; the tokens are the same either way.
 - At the final layer, the block queries' attention is compared with the previous forward's: token drift δ,
-  and Δ = δ − mean of the last `history` drift vectors, for the early commit rule.
+  and Δ = δ − mean of the last `polestar_history` drift vectors, for the early commit rule.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class LayerWindow:
 class PolestarCache(CachePolicy):
     def __init__(self, model, cfg) -> None:
         super().__init__(model, cfg)
-        self.fmt = get_format(cfg.hidden_format, cfg.impl)
+        self.fmt = get_format(cfg.polestar_hidden_format, cfg.impl)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.windows: list[LayerWindow] | None = None
         self.pending: _PendingEntry | None = None  # the block entry's deferred work
@@ -77,15 +77,15 @@ class PolestarCache(CachePolicy):
     # --- block entry ------------------------------------------------------------------------------------
     def window(self, view: StepView) -> torch.Tensor:
         b, length = self.cfg.block_length, view.canvas.shape[1]
-        lo = max(0, view.block_start - self.cfg.window_prefix * b)
-        hi = min(length, view.block_end + self.cfg.window_suffix * b)
+        lo = max(0, view.block_start - self.cfg.polestar_window_prefix * b)
+        hi = min(length, view.block_end + self.cfg.polestar_window_suffix * b)
         pos = torch.arange(lo, hi, device=view.canvas.device)
         return pos[(pos < view.block_start) | (pos >= view.block_end)]
 
     def _windowed_entry(self, view: StepView) -> bool:
         if not self.cfg.polestar_cache or view.block == 0:
             return False
-        if self.cfg.entry_schedule == EntrySchedule.ALTERNATE:
+        if self.cfg.polestar_entry_schedule == EntrySchedule.ALTERNATE:
             return view.block % 2 == 1
         return view.block % 4 == 3
 
@@ -124,7 +124,7 @@ class PolestarCache(CachePolicy):
             with profiling.section("entry: cluster + quantize + reference"):
                 self.generator.manual_seed(self.cfg.seed + entry.block)
                 self.windows = self._cluster(entry)
-        if self.cfg.current_commit:
+        if self.cfg.polestar_current_commit:
             with profiling.section("entry: token-drift reference"):
                 last = self.model.spec.n_layers - 1
                 self.prev_attn = self.model.attention_probs(last, entry.block_inputs, self.block_rows, self.cache)
@@ -144,7 +144,7 @@ class PolestarCache(CachePolicy):
         is_prefix = positions < entry.block_start
         n_pre = int(is_prefix.sum())
         n_suf = len(positions) - n_pre
-        k_pre, k_suf = split_counts(self.cfg.n_centroids, n_pre, n_suf)
+        k_pre, k_suf = split_counts(self.cfg.polestar_centroids, n_pre, n_suf)
         parts = [(part, k, n) for part, k, n in ((is_prefix, k_pre, n_pre), (~is_prefix, k_suf, n_suf)) if k and n]
         # the first seed of each (layer, part), drawn layer by layer, the prefix's before the suffix's
         first = torch.tensor([[int(torch.randint(n, (1,), generator=self.generator)) for *_, n in parts]
@@ -153,8 +153,8 @@ class PolestarCache(CachePolicy):
         labels = torch.empty(inputs.shape[:2], dtype=torch.long, device=inputs.device)
         centroids, counts, offset = [], [], 0
         for column, (part, k, _) in enumerate(parts):
-            part_labels, part_centroids, part_counts = spherical_kmeans(inputs[:, part], k, self.cfg.kmeans_iters,
-                                                                        first[:, column])
+            part_labels, part_centroids, part_counts = spherical_kmeans(
+                inputs[:, part], k, self.cfg.polestar_kmeans_iters, first[:, column])
             labels[:, part] = part_labels + offset
             centroids.append(part_centroids)
             counts.append(part_counts)
@@ -174,7 +174,7 @@ class PolestarCache(CachePolicy):
         return self._step(view)
 
     def _refresh_now(self) -> bool:
-        tau = self.cfg.tau_upd
+        tau = self.cfg.polestar_tau_upd
         if not self.cfg.polestar_cache or self.windows is None or tau == 0:
             return False
         return self.last_step_commits >= tau - 1 or self.since_refresh >= tau
@@ -185,7 +185,7 @@ class PolestarCache(CachePolicy):
         model, cfg, canvas = self.model, self.cfg, view.canvas
         rows = self.block_rows
         refresh = self._refresh_now()
-        drift_read = refresh or self.traced or cfg.drift_reference == DriftReference.PREVIOUS_STEP
+        drift_read = refresh or self.traced or cfg.polestar_drift_reference == DriftReference.PREVIOUS_STEP
         n_layers = model.spec.n_layers
         h = model.embed(canvas[:, rows])
         packet = None
@@ -197,19 +197,19 @@ class PolestarCache(CachePolicy):
                     self._consume(index, win, *packet)
             with profiling.section("step: block layer"):
                 out = model.layer(index, h, rows, self.cache,
-                                  need_attn=cfg.current_commit and index == n_layers - 1)
+                                  need_attn=cfg.polestar_current_commit and index == n_layers - 1)
             h = out.hidden
             if win is None or not drift_read:
                 continue
             with profiling.section("step: proxy attention + drift"):
                 now, drift = self._cluster_drift(index, win, overlap=not refresh)
             drifts.append(drift)
-            if cfg.drift_reference == DriftReference.PREVIOUS_STEP:
+            if cfg.polestar_drift_reference == DriftReference.PREVIOUS_STEP:
                 win.reference = now
             if not refresh:
                 continue
             with profiling.section("step: select + fetch + packet"):
-                k = cfg.top_k_last_layer if index == n_layers - 1 else cfg.top_k
+                k = cfg.polestar_refresh_clusters_last if index == n_layers - 1 else cfg.polestar_refresh_clusters
                 chosen = drift.topk(min(k, len(drift))).indices
                 members = torch.isin(win.labels, chosen).nonzero().flatten()
                 # the members are refreshed here and consumed by the next layer: fetch both layers' rows now
@@ -221,7 +221,7 @@ class PolestarCache(CachePolicy):
                           fetched_next)
             selected.append(chosen.tolist())
             refreshed.append(positions)
-            if cfg.drift_reference == DriftReference.LAST_REFRESH:
+            if cfg.polestar_drift_reference == DriftReference.LAST_REFRESH:
                 win.reference = now
         if self.side is not None:
             torch.cuda.current_stream().wait_stream(self.side)
@@ -229,7 +229,7 @@ class PolestarCache(CachePolicy):
         with profiling.section("step: head"):
             result = Pass(logits=self.predict(h, rows, view.targets),
                           kind=PassKind.REFRESH if refresh else PassKind.BLOCK, rows=len(rows))
-        if cfg.current_commit:
+        if cfg.polestar_current_commit:
             with profiling.section("step: token drift"):
                 drift, delta = self._token_drift(view, out.attn, rows)
                 result.signals = {"drift": drift, "delta": delta}
@@ -238,7 +238,7 @@ class PolestarCache(CachePolicy):
             all_refreshed = torch.unique(torch.cat(refreshed)) if refreshed else None
             result.refreshed_positions = all_refreshed
             result.refreshed_layers = list(range(n_layers))
-            if cfg.suffix_commit and packet is not None:
+            if cfg.polestar_suffix_commit and packet is not None:
                 with profiling.section("step: suffix logits"):
                     self._suffix(view, result, win, packet[0], packet[1])
         result.extra = {"refresh": refresh, "cluster_drift": drifts, "selected_clusters": selected}
@@ -272,12 +272,12 @@ class PolestarCache(CachePolicy):
 
     def _token_drift(self, view: StepView, attn: torch.Tensor, rows: torch.Tensor):
         """(δ, Δ) per target [1, n]: δ = final-layer attention KL against the previous forward, read on the
-        target's predicting row; Δ = δ minus the mean of the block's last `history` drift vectors."""
+        target's predicting row; Δ = δ minus the mean of the block's last `polestar_history` drift vectors."""
         drift_rows = token_drift_kl(attn[0].transpose(0, 1), self.prev_attn[0].transpose(0, 1), self.cfg.impl)
         self.prev_attn = attn
         baseline = torch.stack(self.history).mean(0) if self.history else torch.zeros_like(drift_rows)
-        if self.cfg.history > 0:
-            self.history = (self.history + [drift_rows])[-self.cfg.history:]
+        if self.cfg.polestar_history > 0:
+            self.history = (self.history + [drift_rows])[-self.cfg.polestar_history:]
         index = torch.searchsorted(rows, self.model.predicting_rows(view.targets))
         return drift_rows[index].unsqueeze(0).double(), (drift_rows - baseline)[index].unsqueeze(0).double()
 
@@ -286,7 +286,7 @@ class PolestarCache(CachePolicy):
         """Suffix-window positions predicted by the final layer's packet rows that are still masked."""
         rows = win.positions[members]
         predicted = rows + self.model.logit_shift
-        hi = view.block_end + self.cfg.window_suffix * self.cfg.block_length
+        hi = view.block_end + self.cfg.polestar_window_suffix * self.cfg.block_length
         keep = (predicted >= view.block_end) & (predicted < min(hi, view.canvas.shape[1]))
         keep &= view.canvas[0, predicted.clamp(max=view.canvas.shape[1] - 1)] == self.model.mask_id
         if keep.any():

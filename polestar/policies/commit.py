@@ -176,15 +176,15 @@ class ExtraTargetPolicy:
 
 def make_commit_policy(cfg: DecodeConfig) -> CommitPolicy:
     if cfg.commit == CommitRule.DRIFT:
-        if cfg.current_commit:
-            return DriftCommitPolicy(cfg.tau_s, cfg.alpha, cfg.tau_early, cfg.delta_max)
+        if cfg.polestar_current_commit:
+            return DriftCommitPolicy(cfg.tau_s, cfg.polestar_alpha, cfg.polestar_tau_early, cfg.polestar_delta_max)
         return ThresholdPolicy(cfg.tau_s)  # the drift rule switched off: its threshold base
     if cfg.commit == CommitRule.QUOTA:
         return QuotaPolicy()
     if cfg.commit == CommitRule.THRESHOLD:
         return ThresholdPolicy(cfg.tau_s)
-    return FactorPolicy(cfg.factor)
+    return FactorPolicy(cfg.commit_factor)
 
 
 def make_extra_target_policy(cfg: DecodeConfig) -> ExtraTargetPolicy | None:
-    return ExtraTargetPolicy(cfg.tau_suffix) if cfg.suffix_commit else None
+    return ExtraTargetPolicy(cfg.polestar_tau_suffix) if cfg.polestar_suffix_commit else None

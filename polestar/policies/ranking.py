@@ -29,4 +29,4 @@ class CertaintyPriorRanker:
 
 
 def make_ranker(cfg: DecodeConfig, mask_id: int) -> ConfidenceRanker | CertaintyPriorRanker:
-    return CertaintyPriorRanker(cfg.prior_sigma, mask_id) if cfg.prior_sigma > 0 else ConfidenceRanker()
+    return CertaintyPriorRanker(cfg.d2_prior_sigma, mask_id) if cfg.d2_prior_sigma > 0 else ConfidenceRanker()

@@ -2,9 +2,10 @@
 
 Objective (LLaDA §2.3): the prompt is never masked; each response position (answer + EOS padding) is masked
 independently with probability t ~ U(eps, 1), drawn per sequence; the loss is the cross-entropy on masked
-positions weighted by 1/t and normalised by the response length. AdamW with linear warm-up and cosine decay,
-bf16 autocast, gradient clipping, on the CPU or a GPU. Checkpoints (safetensors + JSON, no pickle) every
-`ckpt_every` steps; a rerun with the same `out_dir` resumes from the last one.
+positions weighted by 1/t and normalised by the response length. Optionally a fraction of the rows is masked
+block-causally instead (`block_rows`), as semi-autoregressive decoding sees a canvas: see `sft_loss`. AdamW with
+linear warm-up and cosine decay, bf16 autocast, gradient clipping, on the CPU or a GPU. Checkpoints (safetensors +
+JSON, no pickle) every `ckpt_every` steps; a rerun with the same `out_dir` resumes from the last one.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ class TrainConfig:
                                    metadata={"help": "task mix: a batch's rows cycle through these task names "
                                                      "(repeat a name to weight it; one name for a single-task phase)"})
     mask_eps: float = field(default=1e-3, metadata={"help": "lower bound of the mask ratio t"})
+    block_rows: float = field(default=0.0, metadata={"help": "fraction of rows masked block-causally: a clean prefix "
+                                                            "of whole blocks, one block masked with ratio t, the "
+                                                            "rest all masked; only that block is scored"})
+    block_length: int = field(default=32, metadata={"help": "block size of the block-causal rows"})
     seed: int = field(default=0, metadata={"help": "seed of init and data"})
     tokenizer_corpus: int = field(default=20000, metadata={"help": "examples per task to train the tokenizer on"})
     split_digits: bool = field(default=False, metadata={"help": "one token per digit (else BPE merges numbers)"})
@@ -80,6 +85,9 @@ class TrainConfig:
         unknown = [t for t in self.tasks if t not in tasks.TASKS]
         if not self.tasks or unknown:
             raise ConfigError(f"tasks must name tasks from {', '.join(tasks.TASKS)}, got {list(self.tasks)}")
+        if not 0 <= self.block_rows <= 1 or self.block_length < 1:
+            raise ConfigError(f"block_rows must be in [0, 1] and block_length ≥ 1, got {self.block_rows}, "
+                              f"{self.block_length}")
         if not 0 < self.mask_eps < 1:
             raise ConfigError(f"mask_eps must be in (0, 1), got {self.mask_eps}")
         if self.steps < 1 or self.warmup < 0 or self.token_budget < 64:
@@ -116,21 +124,43 @@ def _lr(cfg: TrainConfig, step: int) -> float:
 
 
 def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask_id: int, eps: float,
-             generator: torch.Generator) -> torch.Tensor:
+             generator: torch.Generator, block_rows: float = 0.0, block_length: int = 32,
+             eos_id: int | None = None) -> torch.Tensor:
     """LLaDA's SFT loss for one batch: ids [b, L], response [b, L] bool. The mask ratios are stratified over the
     batch (row i gets t from the i-th of b equal slices of U(ε, 1), one shared offset, rows shuffled): each t is
-    still U(ε, 1), but the batch covers the range evenly, which lowers the variance of the 1/t-weighted loss."""
+    still U(ε, 1), but the batch covers the range evenly, which lowers the variance of the 1/t-weighted loss.
+
+    With `block_rows` > 0 that fraction of the rows is masked block-causally, the canvas semi-autoregressive
+    decoding shows the model (the training pattern of block diffusion, BD3-LM, arXiv 2503.09573): the response's
+    first j blocks of `block_length` are clean, block j is masked with the row's ratio t, everything after it is
+    masked, and the loss scores block j only (× 1/t, normalised by the block). j is uniform over the blocks that
+    hold answer content (non-`eos_id`) and the block where the EOS tail starts. Uniform masking leaves later
+    lines visible, and a worked solution repeats each result there ("so 396", then "396 + 78"): the model can
+    copy a result from the future instead of computing it, which decoding from a blank block never allows."""
     b = ids.shape[0]
     offset = torch.rand(1, generator=generator)
     t = eps + (1 - eps) * (torch.randperm(b, generator=generator).unsqueeze(1) + offset) / b
     # the noise is drawn on the CPU from the step's generator, so a run is the same on any device
-    masked = response & (torch.rand(ids.shape, generator=generator) < t).to(ids.device)
+    draws = torch.rand(ids.shape, generator=generator)
+    resp = response.cpu()
+    masked = resp & (draws < t)
+    scored, weights = masked, (1.0 / t) / resp.sum(1, keepdim=True)
+    if block_rows > 0:
+        causal = (torch.rand(b, generator=generator) < block_rows).unsqueeze(1)
+        start = resp.float().argmax(1)
+        content = (resp & (ids.cpu() != eos_id)).sum(1)
+        first = start + (torch.rand(b, generator=generator) * (content // block_length + 1)).long() * block_length
+        pos = torch.arange(ids.shape[1]).unsqueeze(0)
+        in_block = resp & (pos >= first.unsqueeze(1)) & (pos < first.unsqueeze(1) + block_length)
+        after = resp & (pos >= first.unsqueeze(1) + block_length)
+        masked = torch.where(causal, (in_block & (draws < t)) | after, masked)
+        scored = torch.where(causal, in_block & masked, masked)
+        weights = torch.where(causal, (1.0 / t) / in_block.sum(1, keepdim=True).clamp(min=1), weights)
+    masked, scored = masked.to(ids.device), scored.to(ids.device)
     noisy = ids.masked_fill(masked, mask_id)
     logits = model(noisy)
-    ce = F.cross_entropy(logits[masked].float(), ids[masked], reduction="none")
-    t = t.to(ids.device)
-    weights = (1.0 / t.expand_as(ids))[masked] / response.sum(1, keepdim=True).expand_as(ids)[masked]
-    return (ce * weights).sum() / b
+    ce = F.cross_entropy(logits[scored].float(), ids[scored], reduction="none")
+    return (ce * weights.expand_as(ids).to(ids.device)[scored]).sum() / b
 
 
 def build_model(cfg: TrainConfig, special: dict[str, int]) -> Transformer:
@@ -187,7 +217,8 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.autocast):
-            loss = sft_loss(model, ids, response, special["mask"], cfg.mask_eps, g)
+            loss = sft_loss(model, ids, response, special["mask"], cfg.mask_eps, g, cfg.block_rows,
+                            cfg.block_length, special["eos"])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
