@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from app import create_app
+from polestar.threads import quiet_openmp
+
+quiet_openmp()  # before torch loads
+
+from app import create_app  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,4 +1,4 @@
-"""Shared compute/plot steps of the paper's tables (style rule 18).
+"""Shared compute/plot steps of the paper's tables: computing writes rows, plotting only reads them.
 
 `compute` decodes n held-out task examples with each labelled config through `polestar.bench.run_bench`,
 appending to `reports/<table>.csv` (resumable: rows already there are skipped). `plot` only reads that CSV

@@ -22,13 +22,21 @@ class Sessions(OrderedDict):
             self.popitem(last=False)
 
 
+def zero_gpu() -> bool:
+    """True on a Hugging Face ZeroGPU Space, where the `spaces` package is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("spaces") is not None
+
+
 def on_gpu(fn):
-    """On a Hugging Face ZeroGPU Space (the `spaces` package importable) the handler gets a GPU for its
-    duration; anywhere else the handler is returned unchanged."""
-    try:
-        import spaces
-    except ImportError:
+    """On a ZeroGPU Space the handler gets a GPU for its duration (`spaces.GPU`); the GPU exists only inside that
+    call, so the model host runs its work inside it there (`ModelHost(inline=True)`). Anywhere else the handler
+    is returned unchanged."""
+    if not zero_gpu():
         return fn
+    import spaces
+
     return spaces.GPU(duration=120)(fn)
 
 

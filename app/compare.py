@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from app import figures
+from app.common import on_gpu
 from app.record import RunRecord
 from app.runner import ModelHost, stream_run
 from polestar.config import PRESETS, resolve
@@ -64,5 +65,5 @@ def build_compare_tab(host: ModelHost, default_prompt: str) -> None:
             canvas_a, canvas_b = gr.Plot(label="A"), gr.Plot(label="B")
         shift = gr.Plot(label="Commit-step shift")
         summary = gr.JSON(label="Diff")
-        button.click(compare, [prompt, method_a, method_b, gen_length, seed], [canvas_a, canvas_b, shift, summary],
-                     api_name="compare", concurrency_limit=2)
+        button.click(on_gpu(compare), [prompt, method_a, method_b, gen_length, seed],
+                     [canvas_a, canvas_b, shift, summary], api_name="compare", concurrency_limit=2)

@@ -36,13 +36,27 @@ class ModelHost:
 
     path: str
     device: str | None = None
+    # ZeroGPU: the GPU exists only inside the decorated handler's call, so each job runs on a thread of that call
+    # (started by it, ended before it returns) instead of the long-lived worker, which lives outside every call
+    inline: bool = False
     _load_lock: threading.Lock = field(default_factory=threading.Lock)
     _model: object = None
     _worker: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="model"))
 
     def submit(self, fn: Callable[[], object]) -> Future:
-        return self._worker.submit(fn)
+        if not self.inline:
+            return self._worker.submit(fn)
+        future: Future = Future()
+
+        def job() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the caller like the worker's futures
+                future.set_exception(exc)
+
+        threading.Thread(target=job, name="model-call", daemon=True).start()
+        return future
 
     def preload(self) -> Future:
         """Load the model on the worker thread in the background (the page is served meanwhile)."""

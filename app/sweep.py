@@ -9,6 +9,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from app import figures
+from app.common import on_gpu
 from app.runner import ModelHost
 from polestar import tasks
 from polestar.config import PRESETS, DecodeConfig, resolve
@@ -84,5 +85,5 @@ def build_sweep_tab(host: ModelHost) -> None:
         button = gr.Button("Sweep", variant="primary")
         plot = gr.Plot(label="Pareto")
         table = gr.Dataframe(headers=["value", "accuracy %", "TPF", "TPS", "NFE"], label="Results")
-        button.click(sweep, [method, field, values, suite, n, gen_length], [plot, table], api_name="sweep",
+        button.click(on_gpu(sweep), [method, field, values, suite, n, gen_length], [plot, table], api_name="sweep",
                      concurrency_limit=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app.common import layer_count
+from app.common import layer_count, zero_gpu
 from app.compare import build_compare_tab
 from app.examples import examples as task_examples
 from app.run_tab import build_run_tab
@@ -16,7 +16,7 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
     """Build the app. Nothing is loaded until the first run; the model is shared by all sessions."""
     import polestar
 
-    host = ModelHost(model_path or polestar.DEFAULT_MODEL, device)
+    host = ModelHost(model_path or polestar.DEFAULT_MODEL, device, inline=zero_gpu())
     # load the shared model in the background while the page is being served, so the first Run is quick
     host.preload()
     examples = task_examples()

@@ -12,9 +12,13 @@ import logging
 import sys
 from pathlib import Path
 
-from polestar.cli_args import add_config_args
-from polestar.config import PRESETS, DecodeConfig
-from polestar.errors import PolestarError
+from polestar.threads import quiet_openmp
+
+quiet_openmp()  # before torch loads (polestar.config imports it)
+
+from polestar.cli_args import add_config_args  # noqa: E402
+from polestar.config import PRESETS, DecodeConfig  # noqa: E402
+from polestar.errors import PolestarError  # noqa: E402
 
 
 def _overrides(args: argparse.Namespace) -> dict:

@@ -173,6 +173,9 @@ def _with_defaults(argv: list[str]) -> tuple[list[str], Path | None]:
 def main(argv: list[str] | None = None) -> None:
     from lm_eval.__main__ import cli_evaluate
 
+    from polestar.threads import quiet_openmp
+
+    quiet_openmp()  # torch is not loaded yet (lm-eval does not import it)
     args, samples = _with_defaults(sys.argv[1:] if argv is None else argv)
     sys.argv = ["lm_eval", *args]
     cli_evaluate()

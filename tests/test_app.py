@@ -160,3 +160,58 @@ def test_per_session_state_is_bounded():
     store["s5"] = "again"  # storing refreshes: s5 is now the newest, s6 the oldest
     store["new"] = 0
     assert "s5" in store and "s6" not in store
+
+
+def test_zero_gpu_runs_the_model_work_inside_the_decorated_call(monkeypatch):
+    """On ZeroGPU the GPU exists only inside a `spaces.GPU` call: with a fake `spaces` module, every handler that
+    decodes is decorated, and all the model host's work (loading, encoding, decoding) runs while the call is
+    active, on threads the call starts."""
+    import functools
+    import importlib.machinery
+    import sys
+    import threading
+    import types
+
+    import polestar
+    from app.common import on_gpu, zero_gpu
+    from app.runner import ModelHost, stream_run
+    from polestar.config import resolve
+
+    active, durations = threading.Event(), []
+
+    def gpu(duration):
+        durations.append(duration)
+
+        def decorate(fn):
+            @functools.wraps(fn)
+            def call(*args, **kwargs):
+                active.set()
+                try:
+                    yield from fn(*args, **kwargs)
+                finally:
+                    active.clear()
+            return call
+        return decorate
+
+    fake = types.ModuleType("spaces")
+    fake.GPU = gpu
+    fake.__spec__ = importlib.machinery.ModuleSpec("spaces", None)  # what importlib's find_spec reads
+    monkeypatch.setitem(sys.modules, "spaces", fake)
+    assert zero_gpu()
+    seen = []
+
+    class Recording(ModelHost):
+        def submit(self, fn):
+            return super().submit(lambda: (seen.append((active.is_set(), threading.current_thread().name)), fn())[1])
+
+    host = Recording(polestar.DEFAULT_MODEL, inline=True)
+    cfg = resolve("fast-dllm", gen_length=32)
+
+    def handler(prompt):
+        yield from stream_run(host, prompt, cfg, "fast-dllm", threading.Event(), probe=False)
+
+    frames = list(on_gpu(handler)("Copy the list: 4 8 15 16"))
+    assert durations == [120] and frames[-1].done and frames[-1].metrics["nfe"] > 0
+    # nothing ran outside the call, nor on the long-lived worker thread (it lives outside every call)
+    assert seen and all(a and name == "model-call" for a, name in seen), seen
+    assert not active.is_set()

@@ -6,8 +6,12 @@ import argparse
 import logging
 from pathlib import Path
 
-from polestar.cli_args import add_config_args, config_from_args
-from polestar.train.trainer import TrainConfig, export, train
+from polestar.threads import quiet_openmp
+
+quiet_openmp()  # before torch loads (the trainer imports it)
+
+from polestar.cli_args import add_config_args, config_from_args  # noqa: E402
+from polestar.train.trainer import TrainConfig, export, train  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,7 +12,12 @@ import statistics
 import time
 from collections import defaultdict
 
-import torch
+if __name__ == "__main__":  # run as a program: OpenMP workers that sleep (polestar/threads.py)
+    from polestar.threads import quiet_openmp
+
+    quiet_openmp()
+
+import torch  # noqa: E402
 
 from polestar import tasks
 from polestar.api import chat_prompt_ids
