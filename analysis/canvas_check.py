@@ -4,6 +4,7 @@ every preset, save the final canvases and NFEs, and compare two such files.
     python -m analysis.canvas_check record before.safetensors --n 10     # before the change
     python -m analysis.canvas_check record after.safetensors --n 10      # after it
     python -m analysis.canvas_check compare before.safetensors after.safetensors
+    python -m analysis.canvas_check compare before.safetensors after.safetensors --common   # recorded with other n
 """
 
 from __future__ import annotations
@@ -37,11 +38,16 @@ def record(path: str, n: int, model_path: str, threads: int) -> None:
     save_file(tensors, path)
 
 
-def compare(a: str, b: str) -> int:
+def compare(a: str, b: str, common: bool = False) -> int:
+    """0 when every decode both files hold has the same canvas and NFE. Without `common` the files must hold the
+    same decodes; with it, the decodes only one holds (a larger --n, a preset only one side has) are left out."""
     import torch
     from safetensors.torch import load_file
 
     x, y = load_file(a), load_file(b)
+    if common:
+        keys = set(x) & set(y)
+        x, y = {k: x[k] for k in keys}, {k: y[k] for k in keys}
     if x.keys() != y.keys():
         print("the files hold different decodes:", sorted(set(x) ^ set(y))[:5])
         return 1
@@ -65,11 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     cmp = sub.add_parser("compare")
     cmp.add_argument("a")
     cmp.add_argument("b")
+    cmp.add_argument("--common", action="store_true", help="compare only the decodes both files hold")
     args = p.parse_args(argv)
     if args.command == "record":
         record(args.out, args.n, args.model, args.threads)
         return 0
-    return compare(args.a, args.b)
+    return compare(args.a, args.b, args.common)
 
 
 if __name__ == "__main__":
