@@ -169,3 +169,41 @@ def test_compact_state_resumes_the_run(trained, tmp_path):
             assert torch.equal(packed[key], value), key
     train(dataclasses.replace(cfg, out_dir=str(small), steps=90, ckpt_every=5), until=85)
     assert json.loads((small / "state.json").read_text())["step"] == 85
+
+
+def test_block_causal_rows_mask_a_clean_prefix_one_block_and_all_after():
+    """With block_rows=1 every row shows whole clean blocks, one block masked with its ratio, everything after it
+    masked; the block starts at a multiple of the block length from the response start, at or before the block
+    where the EOS tail starts; only that block's positions are scored."""
+    from polestar.train.trainer import sft_loss
+
+    class Recorder(torch.nn.Module):
+        def forward(self, noisy):
+            self.noisy = noisy
+            self.logits = torch.zeros(*noisy.shape, 8, requires_grad=True)
+            return self.logits
+
+    b, length, start, content, block, eos, mask = 32, 300, 20, 150, 32, 0, 7
+    ids = torch.ones(b, length, dtype=torch.long)
+    ids[:, start + content:] = eos
+    response = torch.zeros(b, length, dtype=torch.bool)
+    response[:, start:] = True
+    model = Recorder()
+    loss = sft_loss(model, ids, response, mask, 0.001, torch.Generator().manual_seed(0), 1.0, block, eos)
+    loss.backward()
+    scored = model.logits.grad.abs().sum(-1) > 0
+    firsts = set()
+    for row in range(b):
+        masked = (model.noisy[row] == mask).nonzero().flatten()
+        hits = scored[row].nonzero().flatten()
+        # the block: where the scored positions are; a block whose low ratio masked nothing leaves the tail only
+        first = int(hits.min() if len(hits) else masked.min() - block) - start
+        j = first // block
+        firsts.add(j)
+        assert 0 <= j <= content // block
+        lo, hi = start + j * block, start + (j + 1) * block
+        assert not (model.noisy[row, :lo] == mask).any()  # clean prefix (and the prompt)
+        assert (model.noisy[row, hi:] == mask).all()  # everything after the block
+        assert not scored[row, :lo].any() and not scored[row, hi:].any()
+        assert torch.equal(scored[row, lo:hi], model.noisy[row, lo:hi] == mask)  # every masked block position
+    assert len(firsts) > 2  # the masked block is drawn, not fixed
