@@ -22,6 +22,18 @@ class Sessions(OrderedDict):
             self.popitem(last=False)
 
 
+MAX_PROMPT_CHARS = 4000
+
+
+def check_prompt(prompt) -> str:
+    """The prompt a handler may decode, or a gr.Error saying what to change (every tab checks it the same way)."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise gr.Error("The prompt is empty: type a question or pick an example.")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise gr.Error(f"The prompt has {len(prompt)} characters; the limit is {MAX_PROMPT_CHARS}.")
+    return prompt
+
+
 def zero_gpu() -> bool:
     """True on a Hugging Face ZeroGPU Space, where the `spaces` package is installed."""
     import importlib.util

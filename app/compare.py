@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from app import figures
-from app.common import on_gpu
+from app.common import check_prompt, on_gpu
 from app.record import RunRecord
 from app.runner import ModelHost, stream_run
 from polestar.config import PRESETS, resolve
@@ -38,8 +38,7 @@ def diff(a: RunRecord, b: RunRecord) -> tuple[dict, go.Figure]:
 
 def build_compare_tab(host: ModelHost, default_prompt: str) -> None:
     def compare(prompt: str, method_a: str, method_b: str, gen_length: float, seed: float):
-        if not prompt or not prompt.strip():
-            raise gr.Error("The prompt is empty: type a question or pick an example.")
+        check_prompt(prompt)
         try:
             cfgs = [resolve(m, gen_length=int(gen_length), seed=int(seed)) for m in (method_a, method_b)]
         except PolestarError as exc:

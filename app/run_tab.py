@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from app import figures, replays, runio
-from app.common import Sessions, named, on_gpu
+from app.common import Sessions, check_prompt, named, on_gpu
 from app.record import RunRecord
 from app.runner import ModelHost, stream_run
 from polestar import tasks
@@ -31,7 +31,6 @@ CONTROLS = SWITCHES + SLIDERS
 # reference forward is excluded from NFE and TPS)
 RUN_DEFAULTS = {"measure_staleness": True}
 FIELDS = {f.name: f for f in dataclasses.fields(DecodeConfig)}
-MAX_PROMPT_CHARS = 4000
 REPLAY_FRAMES, REPLAY_FRAME_S = 24, 0.08  # a cached run plays back in about two seconds
 EXPLAIN = {
     "canvas": "Each cell is a generated position, one row per block. Grey cells are still masked. A cell's colour "
@@ -129,10 +128,7 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
     def run(prompt: str, method: str, probe: bool, layer: float, positions: str, *values: Any,
             request: gr.Request = None):
         session = request.session_hash if request is not None else "api"
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise gr.Error("The prompt is empty: type a question or pick an example.")
-        if len(prompt) > MAX_PROMPT_CHARS:
-            raise gr.Error(f"The prompt has {len(prompt)} characters; the limit is {MAX_PROMPT_CHARS}.")
+        check_prompt(prompt)
         try:
             cfg = _config(method, dict(zip(CONTROLS, values)))
         except PolestarError as exc:

@@ -104,10 +104,7 @@ def stream_run(host: ModelHost, prompt: str, cfg: DecodeConfig, label: str, stop
     def work() -> None:
         try:
             result = polestar.generate(model, ids, cfg, on_step=on_step)
-            rec.metrics = {"text": result.text, "nfe": result.nfe, "tpf": round(result.tpf, 3),
-                           "tps": round(result.tps, 2), "tokens_per_step": round(result.tokens_per_step, 3),
-                           "wall_s": round(result.wall_s, 3),
-                           **result.counters.as_dict(), "stopped": stop.is_set()}
+            rec.metrics = {**result.summary(), "stopped": stop.is_set()}  # the library's metrics, one rounding
             updates.put("done")
         except Exception as exc:  # handed to the caller's thread
             updates.put(exc)
