@@ -100,8 +100,9 @@ def run_bench(model, suites: list[str], n: int, configs: dict[str, DecodeConfig]
         order = {(s, i, m): k for k, (s, i, _, m) in enumerate(todo)}
         new = sorted((row for rows_of in gathered for row in rows_of),
                      key=lambda r: order[(r["suite"], r["example"], r["method"])])
-        for row in new if out is not None else ():
-            append_csv(row, out)
+        if out is not None:
+            for row in new:
+                append_csv(row, out)
     rows += new
     wanted = {(s, i, m, config_json[m]) for s, i, _ in work for m in methods}
     rows = [r for r in rows if (r["suite"], int(r["example"]), r["method"], r["config"]) in wanted]

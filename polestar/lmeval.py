@@ -48,6 +48,7 @@ class PolestarLM(LM):
     def __init__(self, pretrained: str | None = None, method: str = "polestar", dtype: str | None = None,
                  device: str | None = None, batch_size: int | str = 1, max_batch_size: int | None = None,
                  samples_out: str = "", **fields: Any) -> None:
+        # lm-eval passes batch_size and max_batch_size to every model; only batch 1 is decoded
         super().__init__()
         import torch
 
@@ -59,7 +60,6 @@ class PolestarLM(LM):
             raise ConfigError(f"batch_size={batch_size}: the polestar model decodes one request at a time; use "
                               "--batch_size 1 and data parallel processes (accelerate launch) for throughput")
         self.cfg = resolve(method, **fields)
-        self.method = method
         self.shard = shard()
         self._rank, self._world_size = self.shard.rank, self.shard.world
         if self.shard.world > 1 or not device:  # one model copy per process, on its own GPU
@@ -171,11 +171,11 @@ def _with_defaults(argv: list[str]) -> tuple[list[str], Path | None]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from lm_eval.__main__ import cli_evaluate
-
     from polestar.threads import quiet_openmp
 
-    quiet_openmp()  # torch is not loaded yet (lm-eval does not import it)
+    quiet_openmp()  # before torch loads (the model class imports it)
+    from lm_eval.__main__ import cli_evaluate
+
     args, samples = _with_defaults(sys.argv[1:] if argv is None else argv)
     sys.argv = ["lm_eval", *args]
     cli_evaluate()
