@@ -36,7 +36,8 @@ def main() -> None:
         page.get_by_role("tab", name="Sweep").click()
         page.get_by_role("button", name="Sweep", exact=True).click()
         page.wait_for_function(
-            "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')].some(t => t.textContent.includes('sweeping'))",
+            "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
+            ".some(t => t.textContent.includes('sweeping'))",
             timeout=300_000)
         page.wait_for_timeout(1000)
         page.screenshot(path=str(out / "sweep.png"), full_page=True)

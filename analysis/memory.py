@@ -5,7 +5,8 @@ Fast-dLLM (issue: kernels, item 5). Writes reports/memory.md and prints it.
 
 1. Bytes per format: the window of one block (polestar_window_prefix·B + polestar_window_suffix·B rows, every
    layer) quantized with each format (codes, scales, tensor scale, anchors and anchor indices all counted), for
-   the embedded model's shape and for LLaDA-8B's (32 layers × 4096 channels), next to the bf16 KV cache of the same canvas.
+   the embedded model's shape and for LLaDA-8B's (32 layers × 4096 channels), next to the bf16 KV cache of the
+   same canvas.
 2. Peak memory: each method decodes the same embedded-model prompt in its own process; reported is the growth
    of the resident set (ru_maxrss) from after the model load to the end of the decode. On a CUDA machine,
    analysis/step_cost.py reports torch.cuda.max_memory_allocated per method instead.

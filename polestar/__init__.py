@@ -15,7 +15,9 @@ _LAZY = {
     "Transformer": ("polestar.models.transformer", "Transformer"),
     "KVCache": ("polestar.models.cache", "KVCache"),
     "generate": ("polestar.api", "generate"),
+    "generate_batch": ("polestar.api", "generate_batch"),
     "decode": ("polestar.decode", "decode"),
+    "decode_batch": ("polestar.decode", "decode_batch"),
     "DecodeConfig": ("polestar.config", "DecodeConfig"),
     "PRESETS": ("polestar.config", "PRESETS"),
 }

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 from polestar.config import DecodeConfig, resolve
-from polestar.decode import DecodeCounters, DecodeResult, decode
+from polestar.decode import DecodeCounters, DecodeResult, decode, decode_batch
 from polestar.errors import ConfigError
 from polestar.trace import StepEvent, Trace
 
@@ -79,13 +79,30 @@ def generate(
     return result_of(model, encode_prompt(model, prompt, raw), cfg, trace=trace, on_step=on_step)
 
 
+def generate_batch(model, prompts: Sequence[str | list[int] | torch.Tensor], method: str | DecodeConfig = "fast-dllm",
+                   *, raw: bool = False, **overrides: Any) -> list[GenerationResult]:
+    """Decode several prompts in one batch (`polestar.decode.decode_batch`): one result per prompt, each equal to
+    its `generate` alone except `wall_s` and `tps`, which are the batch's wall time and its tokens over it."""
+    cfg = resolve(method, **overrides)
+    return results_of(model, [encode_prompt(model, p, raw) for p in prompts], cfg)
+
+
 def result_of(model, ids: torch.Tensor, cfg: DecodeConfig, trace: bool = False,
               on_step: Callable[[StepEvent, torch.Tensor], bool | None] | None = None) -> GenerationResult:
     """Decode prompt ids [1, P] with `cfg` and describe the result: text, NFE, TPF, TPS, counters."""
-    out: DecodeResult = decode(model, ids, cfg, trace=trace, on_step=on_step)
+    return _described(model, decode(model, ids, cfg, trace=trace, on_step=on_step), cfg)
+
+
+def results_of(model, ids: Sequence[torch.Tensor], cfg: DecodeConfig) -> list[GenerationResult]:
+    """Decode prompt ids (each [1, P_i] or [P_i]) in one batch with `cfg`; one described result per prompt."""
+    return [_described(model, out, cfg) for out in decode_batch(model, ids, cfg)]
+
+
+def _described(model, out: DecodeResult, cfg: DecodeConfig) -> GenerationResult:
     gen = out.token_ids.tolist()
     text = model.tokenizer.decode(gen, skip_special_tokens=True) if model.tokenizer is not None else ""
     return GenerationResult(
         text=text, token_ids=gen, nfe=out.nfe, tpf=out.tpf, tps=out.tps, tokens_per_step=out.tokens_per_step,
-        wall_s=out.wall_s, trace=out.trace, config=cfg, prompt_ids=ids[0].tolist(), counters=out.counters,
+        wall_s=out.wall_s, trace=out.trace, config=cfg, prompt_ids=out.canvas[0, :out.prompt_len].tolist(),
+        counters=out.counters,
     )

@@ -15,6 +15,12 @@ signals if it needs any); the loop writes them into the canvas, commits the extr
 (predictions beyond the commit window) with the extra-target rule, and lets the cache policy observe the step.
 The loop knows no method: adding one is a cache policy and/or a commit rule plus a preset (README,
 "Development").
+
+Batch > 1 (`decode_batch`): prompts are left-padded to one length, so every row's block b sits at the same
+positions; the rows step through each block together, a row whose block is done waits (no commits, no NFE of
+its own) until the others finish it, and every rule sees −inf confidence on positions a row has committed.
+Each row's tokens and NFE equal its batch-1 decode (the transformer gives each row its own positions and
+columns); the cache policies that support it say so (`CachePolicy.batchable`).
 """
 
 from __future__ import annotations
@@ -22,12 +28,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
 from polestar import profiling
-from polestar.caches import CachePolicy, make_cache_policy
+from polestar.caches import CachePolicy, cache_policy_class, make_cache_policy
 from polestar.caches.base import Pass, StepView
 from polestar.config import DecodeConfig
 from polestar.errors import ConfigError
@@ -66,6 +72,7 @@ class DecodeResult:
     wall_s: float
     trace: Trace | None
     counters: DecodeCounters
+    batch_nfe: int = 0  # forwards the loop ran for the whole batch (= nfe in batch 1; ≥ every row's nfe)
 
     @property
     def token_ids(self) -> torch.Tensor:
@@ -89,7 +96,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-@torch.no_grad()
 def decode(
     model,
     prompt_ids: torch.Tensor,
@@ -103,8 +109,61 @@ def decode(
     (it implies tracing; its own time is excluded from the wall time); returning True stops the decode.
     `cache_policy` and `commit_policy` replace the ones `cfg` names (a method under development, or a test's)."""
     if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1:
-        raise ConfigError(f"prompt_ids must have shape [1, prompt_len] (batch 1), got {list(prompt_ids.shape)}")
-    prompt_len = prompt_ids.shape[1]
+        raise ConfigError(f"prompt_ids must have shape [1, prompt_len] (batch 1), got {list(prompt_ids.shape)}: "
+                          "decode several prompts with decode_batch")
+    return _decode(model, prompt_ids, None, cfg, trace, on_step, cache_policy, commit_policy)[0]
+
+
+def decode_batch(model, prompts: Sequence[torch.Tensor | Sequence[int]], cfg: DecodeConfig) -> list[DecodeResult]:
+    """Decode several prompts (each token ids [P_i] or [1, P_i]) in one batch; one result per prompt, in order.
+
+    Each row's canvas and NFE equal `decode` of that prompt alone (greedy decoding; the module docstring says
+    how). `wall_s` of every result is the batch's wall time. Methods whose cache policy needs per-row state
+    (Polestar, Elastic-Cache, d2Cache, EntropyCache), the sliding commit window, sampling, tracing and the
+    staleness probe decode one prompt at a time: asking for them with several prompts is a ConfigError."""
+    if len(prompts) == 0:
+        raise ConfigError("decode_batch got no prompts: give at least one")
+    rows = [torch.as_tensor(p).reshape(-1) for p in prompts]
+    if any(r.numel() == 0 for r in rows):
+        raise ConfigError("a prompt is empty: give at least one token per prompt")
+    if len(rows) == 1:
+        return [decode(model, rows[0].unsqueeze(0).to(model.device), cfg)]
+    longest = max(r.numel() for r in rows)
+    pad = torch.tensor([longest - r.numel() for r in rows], device=model.device)
+    filler = model.eos_id  # padding columns are never attended to; any token id serves
+    ids = torch.stack([torch.cat([r.new_full((longest - r.numel(),), filler), r]) for r in rows]).to(model.device)
+    return _decode(model, ids, pad, cfg)
+
+
+def batch_problem(cfg: DecodeConfig, cache_policy: CachePolicy | type[CachePolicy] | None = None,
+                  trace: bool = False) -> str | None:
+    """Why `cfg` cannot decode a batch of several prompts (a message saying what to do), or None if it can."""
+    cache_policy = cache_policy_class(cfg) if cache_policy is None else cache_policy
+    if not cache_policy.batchable:
+        return (f"cache '{cfg.cache}' keeps per-row state and decodes one prompt at a time: use a method with "
+                "cache none, prefix or dual (baseline, parallel, fast-dllm, fast-dllm-prefix) for batch > 1")
+    if cfg.commit_window > 0:
+        return "the sliding commit window (commit_window > 0) decodes one prompt at a time: set it to 0"
+    if cfg.temperature > 0:
+        return "batch > 1 decodes greedily (each row equals its batch-1 decode): set temperature to 0"
+    if trace or cfg.measure_staleness:
+        return "tracing and the staleness probe decode one prompt at a time: turn them off for batch > 1"
+    return None
+
+
+@torch.no_grad()
+def _decode(
+    model,
+    prompt_ids: torch.Tensor,
+    pad: torch.Tensor | None,
+    cfg: DecodeConfig,
+    trace: bool = False,
+    on_step: Callable[[StepEvent, torch.Tensor], bool | None] | None = None,
+    cache_policy: CachePolicy | None = None,
+    commit_policy: CommitPolicy | None = None,
+) -> list[DecodeResult]:
+    """The loop: `prompt_ids` [batch, P], left-padded by `pad` [batch] (None: no row is padded)."""
+    batch, prompt_len = prompt_ids.shape
     if prompt_len == 0:
         raise ConfigError("the prompt is empty: give at least one token")
     length = prompt_len + cfg.gen_length
@@ -115,32 +174,35 @@ def decode(
         )
     device, mask_id = prompt_ids.device, model.mask_id
     trace = trace or on_step is not None
-    masks = torch.full((1, cfg.gen_length), mask_id, dtype=prompt_ids.dtype, device=device)
+    cache_policy = make_cache_policy(cfg, model) if cache_policy is None else cache_policy
+    if batch > 1 and (problem := batch_problem(cfg, cache_policy, trace)):
+        raise ConfigError(problem)
+    masks = torch.full((batch, cfg.gen_length), mask_id, dtype=prompt_ids.dtype, device=device)
     canvas = torch.cat([prompt_ids, masks], dim=1)
     generator = torch.Generator(device=device).manual_seed(cfg.seed) if cfg.temperature > 0 else None
-    cache_policy = make_cache_policy(cfg, model) if cache_policy is None else cache_policy
     cache_policy.traced = trace
     commit_policy = make_commit_policy(cfg) if commit_policy is None else commit_policy
     extra_policy = make_extra_target_policy(cfg)
     ranker = make_ranker(cfg, mask_id)
     steps_per_block = cfg.total_steps // cfg.n_blocks
     record = Trace(prompt_len, cfg.gen_length, cfg.block_length) if trace else None
-    nfe, stop, excluded, refresh_steps = 0, False, 0.0, 0
-    # [drift, suffix, suffix EOS, forced] summed on the device: no host sync per step for the counters
-    counts = torch.zeros(4, dtype=torch.long, device=device)
+    nfe, stop, excluded = 0, False, 0.0
+    # per row: [forwards it took part in, refresh steps, drift, suffix, suffix EOS, forced commits], summed on the
+    # device (no host sync per step for the counters)
+    counts = torch.zeros(batch, 6, dtype=torch.long, device=device)
     _sync(device)
     t_start = time.perf_counter()
 
     for block in range(cfg.n_blocks):
         start = prompt_len + block * cfg.block_length
         end = start + cfg.block_length
-        n_masked = int((canvas[0, start:end] == mask_id).sum())
-        if n_masked == 0:
+        n_masked = (canvas[:, start:end] == mask_id).sum(1)
+        block_masks = tuple(n_masked.tolist())
+        if not any(block_masks):
             continue
-        block_masks = n_masked
-        view = StepView(canvas, prompt_len, block, start, end, 0, _targets(canvas, start, end, cfg, mask_id))
+        view = StepView(canvas, prompt_len, block, start, end, 0, _targets(canvas, start, end, cfg, mask_id), pad)
         cache_policy.begin_block(view)
-        while n_masked > 0 and not stop:
+        while not stop:
             t_step = time.perf_counter()
             view.targets = _targets(canvas, start, end, cfg, mask_id)
             with profiling.section("forward (cache policy)"):
@@ -153,16 +215,19 @@ def decode(
                 excluded += time.perf_counter() - t_measure
             with profiling.section("propose + commit"):
                 tokens, confidence = propose(result.logits, cfg.temperature, generator, mask_id)
+                if batch > 1:  # a row's committed positions are not its targets
+                    confidence = confidence.masked_fill(canvas[:, view.targets] != mask_id, float("-inf"))
                 rank = ranker(confidence, canvas, prompt_len, view.targets)
-                ctx = CommitContext(view.step, block_masks, steps_per_block, result.signals)
+                ctx = CommitContext(view.step, block_masks if batch > 1 else block_masks[0], steps_per_block,
+                                    result.signals)
                 selection = commit_policy.select(confidence, rank, ctx)
                 chosen = selection.mask[0]
-                canvas[0, view.targets[chosen]] = tokens[0, chosen]
+                canvas[:, view.targets] = torch.where(selection.mask, tokens, canvas[:, view.targets])
                 extra = _extra_commits(result, extra_policy, cfg, generator, mask_id, canvas)
-                refresh_steps += result.kind in REFRESH_KINDS
-                counts += _step_counts(selection, extra, model.eos_id, device)
+                counts += _step_counts(n_masked > 0, result.kind in REFRESH_KINDS, selection, extra, model.eos_id)
                 cache_policy.observe(view, result.logits, chosen)
-                n_masked = int((canvas[0, start:end] == mask_id).sum())
+                n_masked = (canvas[:, start:end] == mask_id).sum(1)
+                done = not bool(n_masked.any())
             if record is not None:
                 _sync(device)
                 event = _event(view, result, nfe, tokens, confidence, selection, commit_policy, ctx, t_step, extra,
@@ -175,30 +240,37 @@ def decode(
                     stop = bool(on_step(event, canvas))
                     excluded += time.perf_counter() - t_callback
             view.step += 1
+            if done:
+                break
         if stop:
             break
 
     _sync(device)
     wall = time.perf_counter() - t_start - excluded
-    generated = canvas[0, prompt_len:]
-    drift, suffix_n, suffix_eos, forced = counts.tolist()
-    return DecodeResult(
-        canvas=canvas,
-        prompt_len=prompt_len,
-        nfe=nfe,
-        committed=int((generated != mask_id).sum()),
-        content_tokens=int(((generated != mask_id) & (generated != model.eos_id)).sum()),
-        wall_s=wall,
-        trace=record,
-        counters=DecodeCounters(refresh_steps, drift, suffix_n, suffix_eos, forced),
-    )
+    results = []
+    for row, (forwards, refresh_steps, drift, suffix_n, suffix_eos, forced) in enumerate(counts.tolist()):
+        first = 0 if pad is None else int(pad[row])
+        generated = canvas[row, prompt_len:]
+        results.append(DecodeResult(
+            canvas=canvas if batch == 1 else canvas[row:row + 1, first:],
+            prompt_len=prompt_len - first,
+            nfe=forwards,
+            committed=int((generated != mask_id).sum()),
+            content_tokens=int(((generated != mask_id) & (generated != model.eos_id)).sum()),
+            wall_s=wall,
+            trace=record,
+            counters=DecodeCounters(refresh_steps, drift, suffix_n, suffix_eos, forced),
+            batch_nfe=nfe,
+        ))
+    return results
 
 
 def _targets(canvas: torch.Tensor, start: int, end: int, cfg: DecodeConfig, mask_id: int) -> torch.Tensor:
-    """Positions eligible for commit: the block's masks, or the first `commit_window` masks from the block start."""
+    """Positions eligible for commit: the block's masks (in any row of the batch), or the first `commit_window`
+    masks from the block start (batch 1)."""
     if cfg.commit_window > 0:
         return ((canvas[0, start:] == mask_id).nonzero().flatten() + start)[: cfg.commit_window]
-    return (canvas[0, start:end] == mask_id).nonzero().flatten() + start
+    return (canvas[:, start:end] == mask_id).any(0).nonzero().flatten() + start
 
 
 def _extra_commits(result: Pass, policy, cfg: DecodeConfig, generator, mask_id: int, canvas: torch.Tensor):
@@ -214,14 +286,17 @@ def _extra_commits(result: Pass, policy, cfg: DecodeConfig, generator, mask_id: 
     return committed, tokens[0, ok], confidence[0, ok], confidence[0]
 
 
-def _step_counts(selection: Selection, extra, eos_id: int, device: torch.device) -> torch.Tensor:
-    """This step's [drift commits, extra-target commits, their EOS commits, forced commits] on the device."""
-    zero = torch.zeros((), dtype=torch.long, device=device)
+def _step_counts(active: torch.Tensor, refresh: bool, selection: Selection, extra, eos_id: int) -> torch.Tensor:
+    """This step's per-row [forward taken part in, refresh step, drift commits, extra-target commits, their EOS
+    commits, forced commits] on the device, [batch, 6]. Extra targets exist in batch 1 only
+    (`CachePolicy.batchable`)."""
+    zero = torch.zeros_like(active, dtype=torch.long)
     drift = selection.by_reason.get(CommitReason.DRIFT)
-    drift = zero if drift is None else drift.sum()
-    extra_n = zero if extra is None else torch.tensor(len(extra[0]), device=device)
-    extra_eos = zero if extra is None else (extra[1] == eos_id).sum()
-    return torch.stack([drift, extra_n, extra_eos, selection.forced.sum()])
+    drift = zero if drift is None else drift.sum(-1)
+    extra_n = zero if extra is None else zero + len(extra[0])
+    extra_eos = zero if extra is None else zero + (extra[1] == eos_id).sum()
+    return torch.stack([active.long(), active.long() * refresh, drift, extra_n, extra_eos, selection.forced.sum(-1)],
+                       dim=1)
 
 
 def _event(view: StepView, result: Pass, nfe: int, tokens, confidence, selection: Selection, commit_policy,

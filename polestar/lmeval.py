@@ -48,18 +48,21 @@ class PolestarLM(LM):
     def __init__(self, pretrained: str | None = None, method: str = "polestar", dtype: str | None = None,
                  device: str | None = None, batch_size: int | str = 1, max_batch_size: int | None = None,
                  samples_out: str = "", **fields: Any) -> None:
-        # lm-eval passes batch_size and max_batch_size to every model; only batch 1 is decoded
+        # lm-eval passes batch_size and max_batch_size to every model: `batch_size` N decodes N requests at a time
+        # (`polestar.decode_batch`; "auto" takes max_batch_size, else 1)
         super().__init__()
         import torch
 
         import polestar
         from polestar.config import resolve
+        from polestar.decode import batch_problem
         from polestar.distributed import shard
 
-        if str(batch_size) not in ("1", "auto") and int(batch_size) != 1:
-            raise ConfigError(f"batch_size={batch_size}: the polestar model decodes one request at a time; use "
-                              "--batch_size 1 and data parallel processes (accelerate launch) for throughput")
         self.cfg = resolve(method, **fields)
+        self.batch_size = _batch_size(batch_size, max_batch_size)
+        if self.batch_size > 1 and (problem := batch_problem(self.cfg)):
+            raise ConfigError(f"batch_size={batch_size} with method {method}: {problem}, or use --batch_size 1 "
+                              "and data parallel processes (accelerate launch)")
         self.shard = shard()
         self._rank, self._world_size = self.shard.rank, self.shard.world
         if self.shard.world > 1 or not device:  # one model copy per process, on its own GPU
@@ -111,16 +114,23 @@ class PolestarLM(LM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         from tqdm import tqdm
 
-        from polestar.api import result_of
+        from polestar.api import results_of
 
-        out = []
-        for req in tqdm(requests, disable=disable_tqdm or self._rank != 0, desc="polestar", unit="request"):
-            context, gen_kwargs = req.args
-            r = result_of(self.model, self._encode(context), self.cfg)
-            text = cut_at_stop(r.text, gen_kwargs.get("until"))
-            out.append(text)
-            self.samples.append({"task": req.task_name, "doc_id": req.doc_id, "rank": self._rank,
-                                 **{k: v for k, v in r.summary().items() if k in STATS}})
+        # longest contexts first, so a batch's rows need little padding; answers go back in request order
+        ids = [self._encode(req.args[0]) for req in requests]
+        order = sorted(range(len(requests)), key=lambda i: -ids[i].shape[1])
+        out: list[str | None] = [None] * len(requests)
+        with tqdm(total=len(requests), disable=disable_tqdm or self._rank != 0, desc="polestar",
+                  unit="request") as bar:
+            for first in range(0, len(order), self.batch_size):
+                chunk = order[first:first + self.batch_size]
+                batch_id = f"{self._rank}:{len(self.samples)}"  # samples of one batch share its wall time
+                for i, r in zip(chunk, results_of(self.model, [ids[i] for i in chunk], self.cfg)):
+                    req = requests[i]
+                    out[i] = cut_at_stop(r.text, req.args[1].get("until"))
+                    self.samples.append({"task": req.task_name, "doc_id": req.doc_id, "rank": self._rank,
+                                         "batch": batch_id, **{k: v for k, v in r.summary().items() if k in STATS}})
+                bar.update(len(chunk))
         self._write_samples()
         return out
 
@@ -144,16 +154,29 @@ class PolestarLM(LM):
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Per task: the mean of every per-sample statistic, and TPF / TPS over all samples (tokens / forwards,
-    tokens / seconds)."""
+    tokens / seconds; a batch's wall time counted once)."""
     out = {}
     for task in sorted({r["task"] for r in rows}):
         sel = [r for r in rows if r["task"] == task]
         tokens = sum(r["tpf"] * r["nfe"] for r in sel)
+        walls = {r.get("batch", i): r["wall_s"] for i, r in enumerate(sel)}
         summary = {"n": len(sel), **{k: statistics.fmean(r[k] for r in sel) for k in STATS}}
         summary |= {"tpf": tokens / max(1, sum(r["nfe"] for r in sel)),
-                    "tps": tokens / max(1e-9, sum(r["wall_s"] for r in sel))}
+                    "tps": tokens / max(1e-9, sum(walls.values()))}
         out[task] = summary
     return out
+
+
+def _batch_size(batch_size: int | str, max_batch_size: int | None) -> int:
+    if str(batch_size).startswith("auto"):
+        return int(max_batch_size or 1)
+    try:
+        size = int(batch_size)
+    except ValueError:
+        raise ConfigError(f"batch_size={batch_size!r}: give a whole number ≥ 1 or 'auto'") from None
+    if size < 1:
+        raise ConfigError(f"batch_size={size}: give a whole number ≥ 1")
+    return size
 
 
 def _with_defaults(argv: list[str]) -> tuple[list[str], Path | None]:

@@ -10,10 +10,12 @@ from polestar.models.cache import KVCache
 
 
 @torch.no_grad()
-def kv_staleness(model, canvas: torch.Tensor, cache: KVCache) -> torch.Tensor:
-    """[n_layers, length] staleness of `cache` for the current `canvas` (batch row 0)."""
-    reference = model.new_cache(canvas.shape[0], canvas.shape[1])
-    model.run(canvas, cache=reference)
+def kv_staleness(model, canvas: torch.Tensor, cache: KVCache, reference: KVCache | None = None) -> torch.Tensor:
+    """[n_layers, length] staleness of `cache` for the current `canvas` (batch row 0). `reference`: a cache a full
+    forward over `canvas` has just filled (an analysis that runs that forward anyway); None runs it here."""
+    if reference is None:
+        reference = model.new_cache(canvas.shape[0], canvas.shape[1])
+        model.run(canvas, cache=reference)
     cos_k = torch.nn.functional.cosine_similarity(cache.k[:, 0].float(), reference.k[:, 0].float(), dim=-1)
     cos_v = torch.nn.functional.cosine_similarity(cache.v[:, 0].float(), reference.v[:, 0].float(), dim=-1)
     return (1 - 0.5 * (cos_k + cos_v)).mean(dim=1)  # [layers, heads, length] -> [layers, length]

@@ -118,3 +118,16 @@ def test_bench_over_two_processes_equals_one(tmp_path):
     keys = ("suite", "example", "method", "correct", "nfe", "content_tokens", *bench.COUNTERS)
     one, two = (bench.read_csv(tmp_path / name) for name in ("one.csv", "two.csv"))
     assert len(one) == 12 and [[r[k] for k in keys] for r in one] == [[r[k] for k in keys] for r in two]
+
+
+def test_batch_throughput_script_checks_every_row(tmp_path):
+    import csv
+
+    from analysis import batch_throughput
+
+    out = tmp_path / "batch.csv"
+    batch_throughput.main(["--suite", "lists", "--n", "3", "--batch", "2", "--methods", "fast-dllm",
+                           "--gen-length", "32", "--out", str(out)])
+    row = next(csv.DictReader(out.open()))
+    assert row["rows_equal"] == "3" and int(row["forwards_batched"]) <= int(row["forwards_batch1"])
+    assert float(row["tps_batch1"]) > 0 and float(row["tps_batched"]) > 0

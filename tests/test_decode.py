@@ -12,7 +12,7 @@ import torch
 import polestar
 from polestar.caches.base import CachePolicy, Pass, StepView
 from polestar.config import PRESETS, resolve
-from polestar.decode import decode
+from polestar.decode import decode, decode_batch
 from polestar.kinds import CommitReason, PassKind
 from polestar.policies.commit import CommitPolicy, Selection
 from polestar.errors import ConfigError
@@ -177,3 +177,56 @@ def test_a_method_defined_outside_the_library_runs_in_the_loop(tiny):
     assert torch.equal(out.canvas, two_per_step.canvas) and out.nfe == two_per_step.nfe == 16
     steps, commits = out.trace.frames()
     assert set(steps["pass"]) == {"full"} and set(commits.reason) == {"quota"} and len(commits) == 32
+
+
+BATCHABLE = ["baseline", "parallel", "fast-dllm", "fast-dllm-prefix"]
+
+
+def _batch_prompts() -> list[list[int]]:
+    """Four prompts of different lengths (so three rows are left-padded, by different amounts)."""
+    return [PROMPT, PROMPT[:3], PROMPT[::-1] + PROMPT[:5], [7, 30, 5, 2, 40, 6]]
+
+
+@pytest.mark.parametrize("method", BATCHABLE)
+def test_batch_of_four_equals_batch_one_token_for_token(tiny, method):
+    cfg = resolve(method, gen_length=32, block_length=8, steps=16)
+    prompts = [torch.tensor(p, device=tiny.device) for p in _batch_prompts()]
+    batch = decode_batch(tiny, prompts, cfg)
+    for prompt, row in zip(prompts, batch):
+        alone = decode(tiny, prompt.unsqueeze(0), cfg)
+        assert torch.equal(row.canvas, alone.canvas) and row.prompt_len == len(prompt)
+        assert (row.nfe, row.committed, row.content_tokens, row.counters) == \
+            (alone.nfe, alone.committed, alone.content_tokens, alone.counters)
+
+
+def test_quota_plans_each_row_from_its_own_block():
+    from polestar.policies.commit import CommitContext, QuotaPolicy
+
+    conf = torch.tensor([[0.9, 0.8, 0.7, 0.6], [0.5, float("-inf"), 0.4, 0.3]], dtype=torch.float64)
+    # row 0 entered the block with 4 masks, row 1 with 3; 2 steps per block: plans [2, 2] and [2, 1]
+    first = QuotaPolicy().select(conf, conf, CommitContext(0, (4, 3), 2)).mask
+    second = QuotaPolicy().select(conf, conf, CommitContext(1, (4, 3), 2)).mask
+    assert first.tolist() == [[True, True, False, False], [True, False, True, False]]
+    assert second.sum(1).tolist() == [2, 1]
+
+
+@pytest.mark.parametrize("method,message", [("polestar", "cache 'polestar'"), ("elastic-cache", "cache 'elastic'"),
+                                            ("d2cache", "cache 'd2'")])
+def test_batch_of_a_per_row_method_is_a_clear_error(tiny, method, message):
+    with pytest.raises(ConfigError, match=message):
+        decode_batch(tiny, [PROMPT, PROMPT[:4]], resolve(method, gen_length=32, block_length=8))
+
+
+def test_batch_bad_input(tiny):
+    cfg = resolve("fast-dllm", gen_length=32, block_length=8)
+    with pytest.raises(ConfigError, match="no prompts"):
+        decode_batch(tiny, [], cfg)
+    with pytest.raises(ConfigError, match="empty"):
+        decode_batch(tiny, [PROMPT, []], cfg)
+    with pytest.raises(ConfigError, match="temperature"):
+        decode_batch(tiny, [PROMPT, PROMPT[:4]], resolve("fast-dllm", gen_length=32, block_length=8,
+                                                         temperature=0.5))
+    with pytest.raises(ConfigError, match="decode_batch"):
+        decode(tiny, torch.tensor([PROMPT, PROMPT], device=tiny.device), cfg)
+    one = decode_batch(tiny, [PROMPT], cfg)  # one prompt: the batch-1 path
+    assert torch.equal(one[0].canvas, decode(tiny, _ids(tiny), cfg).canvas)

@@ -12,7 +12,7 @@ import polestar
 from polestar import tasks
 from polestar.api import encode_prompt
 from polestar.config import PRESETS, resolve
-from polestar.decode import decode
+from polestar.decode import decode, decode_batch
 from polestar.reference import generate as reference_generate
 
 ROOT = Path(polestar.DEFAULT_MODEL)
@@ -72,3 +72,15 @@ def test_polestar_kernels_decode_the_same_tokens(model):
         assert commits(runs[0]) == commits(runs[1])
         refreshes = [e.extra.get("refresh") for e in runs[0].trace.events]
         assert any(refreshes), "the prompts must exercise the refresh path"
+
+
+@pytest.mark.parametrize("method", ["baseline", "parallel", "fast-dllm", "fast-dllm-prefix"])
+def test_batch_of_four_equals_batch_one(model, method):
+    """Held-out prompts of different lengths, decoded together, each row token for token as alone."""
+    exs = tasks.make("arith", 2, seed=0) + tasks.make("lists", 2, seed=0)
+    prompts = [encode_prompt(model, ex.prompt)[0] for ex in exs]
+    assert len({len(p) for p in prompts}) == 4
+    cfg = resolve(method, gen_length=64, block_length=32)
+    for prompt, row in zip(prompts, decode_batch(model, prompts, cfg)):
+        alone = decode(model, prompt.unsqueeze(0), cfg)
+        assert torch.equal(row.canvas, alone.canvas) and row.nfe == alone.nfe

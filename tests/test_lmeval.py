@@ -17,10 +17,10 @@ ARGS = ["--model", "polestar", "--model_args", "method=fast-dllm,gen_length=64",
         "--limit", "4", "--log_samples", "--confirm_run_unsafe_code"]
 
 
-def _run(cmd: list[str], out: Path) -> dict:
+def _run(cmd: list[str], out: Path, extra: tuple[str, ...] = ()) -> dict:
     env = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_DATASETS_OFFLINE": "1",
                         "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([*cmd, *ARGS, "--output_path", str(out)], cwd=ROOT, env=env, capture_output=True,
+    proc = subprocess.run([*cmd, *ARGS, *extra, "--output_path", str(out)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(next(out.rglob("results_*.json")).read_text())["results"]
@@ -39,11 +39,12 @@ def runs(tmp_path_factory):
     two = _run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                 "--main_process_port", "29631", "-m", "polestar.lmeval"], tmp_path_factory.mktemp("two"))
-    return one, two
+    four = _run([sys.executable, "-m", "polestar.lmeval"], tmp_path_factory.mktemp("four"), ("--batch_size", "4"))
+    return one, two, four
 
 
 def test_lm_eval_reports_our_metrics_and_the_decode_statistics(runs):
-    one, _ = runs
+    one = runs[0]
     for task in ("polestar_arith", "polestar_lists"):
         assert 0.0 <= one["results"][task]["exact_match,none"] <= 1.0
     assert 0.0 <= one["results"]["polestar_humaneval"]["pass@1,none"] <= 1.0
@@ -54,13 +55,21 @@ def test_lm_eval_reports_our_metrics_and_the_decode_statistics(runs):
 
 
 def test_two_processes_give_the_same_answers_and_metrics(runs):
-    one, two = runs
+    one, two, _ = runs
     assert one["answers"] == two["answers"]
     assert one["results"] == two["results"]
     assert {r["rank"] for r in two["stats"]} == {0, 1}
     strip = [{k: v for k, v in r.items() if k in ("task", "doc_id", "nfe", "drift_commits", "suffix_commits")}
              for r in one["stats"]]
     assert strip == [{k: v for k, v in r.items() if k in strip[0]} for r in two["stats"]]
+
+
+def test_batch_four_gives_the_same_answers_and_metrics(runs):
+    one, _, four = runs
+    assert one["answers"] == four["answers"] and one["results"] == four["results"]
+    keys = ("task", "doc_id", "nfe", "tpf", "forced_commits")
+    assert [{k: r[k] for k in keys} for r in one["stats"]] == [{k: r[k] for k in keys} for r in four["stats"]]
+    assert len({r["batch"] for r in four["stats"]}) == 3  # 4 requests per task, one batch each
 
 
 def test_stop_sequences_cut_after_the_decode():
@@ -78,6 +87,10 @@ def test_model_args_are_validated():
         PolestarLM(method="fast-dllm", tau_z=0.5)
     with pytest.raises(ConfigError, match="unknown method"):
         PolestarLM(method="fastest")
+    with pytest.raises(ConfigError, match="one prompt at a time"):
+        PolestarLM(method="polestar", batch_size=4)
+    with pytest.raises(ConfigError, match="whole number"):
+        PolestarLM(method="fast-dllm", batch_size="four")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,10 @@ from polestar.config import CacheKind, DecodeConfig
 
 
 def make_cache_policy(cfg: DecodeConfig, model) -> CachePolicy:
+    return cache_policy_class(cfg)(model, cfg)
+
+
+def cache_policy_class(cfg: DecodeConfig) -> type[CachePolicy]:
     from polestar.caches.d2 import D2Cache, EntropyCache
     from polestar.caches.elastic import ElasticCache
     from polestar.caches.fastdllm import DualCache, NoCache, PrefixCache
@@ -26,7 +30,7 @@ def make_cache_policy(cfg: DecodeConfig, model) -> CachePolicy:
         CacheKind.ENTROPY: EntropyCache,
         CacheKind.POLESTAR: PolestarCache,
     }
-    return policies[cfg.cache](model, cfg)
+    return policies[cfg.cache]
 
 
-__all__ = ["CachePolicy", "Pass", "make_cache_policy"]
+__all__ = ["CachePolicy", "Pass", "cache_policy_class", "make_cache_policy"]

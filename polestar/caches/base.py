@@ -46,11 +46,17 @@ class StepView:
     block_start: int
     block_end: int
     step: int  # index within the block; 0 is the block's first forward
-    targets: torch.Tensor  # [n] positions the loop needs predictions for (eligible masked positions)
+    targets: torch.Tensor  # [n] positions the loop needs predictions for (masked in at least one row)
+    pad: torch.Tensor | None = None  # [batch] left padding per row (batch > 1 with prompts of different lengths)
 
 
 class CachePolicy(ABC):
-    """Base: subclasses implement `forward`; `begin_block` and `observe` default to no-ops."""
+    """Base: subclasses implement `forward`; `begin_block` and `observe` default to no-ops.
+
+    `batchable`: the policy decodes a batch of rows (`decode_batch`) with each row as it would be alone. A policy
+    that keeps per-row state (drift, staleness, selections) or reads row 0 only leaves it False."""
+
+    batchable = False
 
     def __init__(self, model, cfg: DecodeConfig) -> None:
         self.model, self.cfg = model, cfg
@@ -75,7 +81,7 @@ class CachePolicy(ABC):
 
     def full_pass(self, view: StepView, **outputs) -> tuple[Pass, object]:
         """Full-canvas forward writing every layer's K/V into the cache."""
-        out = self.model.run(view.canvas, cache=self.ensure_cache(view.canvas), **outputs)
+        out = self.model.run(view.canvas, cache=self.ensure_cache(view.canvas), pad=view.pad, **outputs)
         return Pass(logits=out.logits[:, view.targets], kind=PassKind.FULL, rows=view.canvas.shape[1]), out
 
     def with_predictors(self, positions: torch.Tensor) -> torch.Tensor:
@@ -87,13 +93,27 @@ class CachePolicy(ABC):
         index = torch.searchsorted(rows, self.model.predicting_rows(targets))
         return self.model.head(hidden[:, index])
 
-    def forward_rows(self, canvas: torch.Tensor, rows: torch.Tensor, need_attn: bool = False):
-        """Push `rows` through every layer against the cache (their K/V rows overwritten); returns the final
-        hidden states [batch, len(rows), d] and, on request, each layer's attention [batch, H, len(rows), L]."""
+    def row_union(self, view: StepView, rows_of) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The rows a partial forward pushes through, `rows_of(targets)` of each batch row's own targets (those
+        still masked in it), united; and `keep` [batch, n]: True where a row alone would not have recomputed
+        that position, so its cache entry stays (None when every row has the same rows, always in batch 1)."""
+        if view.canvas.shape[0] == 1:
+            return rows_of(view.targets), None
+        masked = view.canvas[:, view.targets] == self.model.mask_id
+        own = [rows_of(view.targets[m]) for m in masked]
+        union = torch.unique(torch.cat(own))
+        keep = torch.stack([~torch.isin(union, rows) for rows in own])
+        return union, (keep if bool(keep.any()) else None)
+
+    def forward_rows(self, canvas: torch.Tensor, rows: torch.Tensor, need_attn: bool = False,
+                     pad: torch.Tensor | None = None, keep: torch.Tensor | None = None):
+        """Push `rows` through every layer against the cache (their K/V rows overwritten, except where `keep`);
+        returns the final hidden states [batch, len(rows), d] and, on request, each layer's attention
+        [batch, H, len(rows), L]. `pad`: left padding per row (batch > 1)."""
         h = self.model.embed(canvas[:, rows])
         attns = []
         for index in range(self.model.spec.n_layers):
-            out = self.model.layer(index, h, rows, self.cache, need_attn=need_attn)
+            out = self.model.layer(index, h, rows, self.cache, need_attn=need_attn, pad=pad, keep=keep)
             h = out.hidden
             if need_attn:
                 attns.append(out.attn)

@@ -20,13 +20,17 @@ from polestar.kinds import PassKind
 
 
 class NoCache(CachePolicy):
+    batchable = True
+
     def forward(self, view: StepView) -> Pass:
-        out = self.model.run(view.canvas)
+        out = self.model.run(view.canvas, pad=view.pad)
         return Pass(logits=out.logits[:, view.targets], kind=PassKind.FULL, rows=view.canvas.shape[1])
 
 
 class _EntryCache(CachePolicy):
     """Full forward at block entry (and every `fastdllm_refresh_interval` steps); a partial forward otherwise."""
+
+    batchable = True
 
     def _full_now(self, view: StepView) -> bool:
         k = self.cfg.fastdllm_refresh_interval
@@ -36,16 +40,16 @@ class _EntryCache(CachePolicy):
         self.ensure_cache(view.canvas)
 
     @abstractmethod
-    def rows(self, view: StepView) -> torch.Tensor:
-        """Sorted positions recomputed by a partial forward."""
+    def rows(self, view: StepView, targets: torch.Tensor) -> torch.Tensor:
+        """Sorted positions a partial forward recomputes for a row whose masked targets are `targets`."""
 
     def forward(self, view: StepView) -> Pass:
         if self._full_now(view):
             with profiling.section("entry: forward" if view.step == 0 else "step: full refresh"):
                 return self.full_pass(view)[0]
-        rows = self.rows(view)
+        rows, keep = self.row_union(view, lambda targets: self.rows(view, targets))
         with profiling.section("step: block layer"):  # the sections Polestar's step breakdown names alike
-            hidden, _ = self.forward_rows(view.canvas, rows)
+            hidden, _ = self.forward_rows(view.canvas, rows, pad=view.pad, keep=keep)
         with profiling.section("step: head"):
             return Pass(logits=self.predict(hidden, rows, view.targets), kind=self.partial_kind, rows=len(rows))
 
@@ -53,8 +57,8 @@ class _EntryCache(CachePolicy):
 class PrefixCache(_EntryCache):
     partial_kind = PassKind.PREFIX
 
-    def rows(self, view: StepView) -> torch.Tensor:
-        start = int(self.with_predictors(view.targets).min()) if len(view.targets) else view.block_start
+    def rows(self, view: StepView, targets: torch.Tensor) -> torch.Tensor:
+        start = int(self.with_predictors(targets).min()) if len(targets) else view.block_start
         start = min(start, view.block_start)
         return torch.arange(start, view.canvas.shape[1], device=view.canvas.device)
 
@@ -62,6 +66,6 @@ class PrefixCache(_EntryCache):
 class DualCache(_EntryCache):
     partial_kind = PassKind.BLOCK
 
-    def rows(self, view: StepView) -> torch.Tensor:
+    def rows(self, view: StepView, targets: torch.Tensor) -> torch.Tensor:
         block = torch.arange(view.block_start, view.block_end, device=view.canvas.device)
-        return self.with_predictors(torch.cat([block, view.targets]))
+        return self.with_predictors(torch.cat([block, targets]))

@@ -5,8 +5,9 @@ reads them as they are (rotating every cached key at every layer call cost ~10% 
 the embedded model). Polestar's content-only proxy attention rotates them back (`RotaryTable.apply(...,
 inverse=True)`); the rounding of that round trip is far below the drift signal.
 
-Layout: `k`, `v` are [n_layers, batch, n_kv_heads, length, head_dim]. Batch > 1 with left padding fits later
-through `key_padding` ([batch, length], True = ignore), which the attention op already honours.
+Layout: `k`, `v` are [n_layers, batch, n_kv_heads, length, head_dim]. Batch > 1 with left padding: the
+transformer's `pad` argument (each row attends over its own columns); `key_padding` ([batch, length], True =
+ignore) masks keys for every row alike.
 """
 
 from __future__ import annotations
@@ -39,8 +40,14 @@ class KVCache:
     def n_layers(self) -> int:
         return self.k.shape[0]
 
-    def write(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Overwrite rows `positions` [n] of `layer` with `k`, `v` [batch, n_kv_heads, n, head_dim]."""
+    def write(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              keep: torch.Tensor | None = None) -> None:
+        """Overwrite rows `positions` [n] of `layer` with `k`, `v` [batch, n_kv_heads, n, head_dim]; where `keep`
+        [batch, n] is True the old entry stays (a batch row that would not have recomputed that position alone)."""
+        if keep is not None:
+            held = keep[:, None, :, None]
+            k = torch.where(held, self.k[layer][:, :, positions], k)
+            v = torch.where(held, self.v[layer][:, :, positions], v)
         self.k[layer][:, :, positions] = k
         self.v[layer][:, :, positions] = v
 

@@ -59,10 +59,13 @@ class RotaryTable:
         return rows
 
     def apply(self, x: torch.Tensor, positions: torch.Tensor, inverse: bool = False) -> torch.Tensor:
-        """Rotate `x` [batch, heads, n, head_dim] by the angles of `positions` [n] (absolute indices);
-        `inverse` rotates back (recovers content-only vectors from rotated ones, up to rounding)."""
+        """Rotate `x` [batch, heads, n, head_dim] by the angles of `positions` [n] (absolute indices), or of
+        `positions` [batch, n] (a row each: left-padded batches); `inverse` rotates back (recovers content-only
+        vectors from rotated ones, up to rounding)."""
         dtype = torch.promote_types(x.dtype, torch.float32) if self.in_fp32 else x.dtype
         cos, sin, sin_inverse = self._rows(positions, x.device, dtype)
+        if positions.dim() == 2:  # [batch, n, head_dim] -> broadcast over the heads
+            cos, sin, sin_inverse = cos.unsqueeze(1), sin.unsqueeze(1), sin_inverse.unsqueeze(1)
         xc = x.to(dtype)
         return (xc * cos + _swap_halves(xc) * (sin_inverse if inverse else sin)).to(x.dtype)
 

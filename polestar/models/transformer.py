@@ -11,6 +11,11 @@ The decoding policies drive the model layer by layer through four operations:
     head(h)                                      -> final norm + LM head, logits [batch, n, vocab]
     predicting_rows(positions)                   -> which output rows predict those positions (logit shift)
 `forward` (the full-canvas pass) is a loop over exactly these operations, not a second implementation.
+
+Batch > 1 with prompts of different lengths: rows are left-padded to a common length and `pad` [batch] gives
+each row's number of padding columns. A row's rotary positions then start at 0 after its padding, and its
+queries attend over its own columns only (one attention call per row over a slice of the keys): each row
+computes what it computes alone, bit for bit (the projections and the MLP are row-independent matmuls).
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ class Transformer(nn.Module):
         self.tokenizer = None  # set by `load_model`
         self.config: dict = {}  # the checkpoint's config.json, set by `load_model`
         self.path: str | None = None
+        self._rotary_memo: tuple | None = None  # see `_row_positions`
 
     # --- identity -------------------------------------------------------------------------------------
     @property
@@ -135,6 +141,8 @@ class Transformer(nn.Module):
         cache: KVCache | None = None,
         need_attn: bool = False,
         write: bool = True,
+        pad: torch.Tensor | None = None,
+        keep: torch.Tensor | None = None,
     ) -> LayerOutput:
         """Run layer `index` for query rows at absolute `positions` [n] with inputs `h` [batch, n, d_model].
 
@@ -142,21 +150,55 @@ class Transformer(nn.Module):
         cache (keys rotated by their row index). Without one, the queries attend over their own rows only
         (the training path, and a full forward with nothing to keep). `write=False` attends over the cache as it
         is, without storing the rows' K/V (Polestar's sparse recompute of rows whose inputs did not change).
+        `pad` [batch]: left padding per row (module docstring); `keep` [batch, n] bool: cache entries left as
+        they are for those (row, position) pairs, as if that row had not pushed the position through.
         """
         block = self.layers[index]
         q, k, v = self.project_qkv(index, h)
-        q, k = self.rope.apply(q, positions), self.rope.apply(k, positions)
+        rotary = positions if pad is None else self._row_positions(positions, pad)
+        q, k = self.rope.apply(q, rotary), self.rope.apply(k, rotary)
         if cache is not None:
             if write:
-                cache.write(index, positions, k, v)
+                cache.write(index, positions, k, v, keep)
             k_all, v_all = cache.layer(index)
-            padding = cache.key_padding
+            padding, key_positions = cache.key_padding, cache.positions
         else:  # contiguous like the cache's rows, so both paths run the same attention kernel bit for bit
-            k_all, v_all, padding = k.contiguous(), v.contiguous(), None
-        att, probs = self.attend(q, k_all, v_all, padding, need_attn)
+            k_all, v_all, padding, key_positions = k.contiguous(), v.contiguous(), None, positions
+        if pad is not None:
+            att, probs = self._attend_rows(q, k_all, v_all, torch.searchsorted(key_positions, pad), need_attn)
+        else:
+            att, probs = self.attend(q, k_all, v_all, padding, need_attn)
         b, n = h.shape[:2]
         x = h + block.wo(att.transpose(1, 2).reshape(b, n, self.spec.d_model))
         return LayerOutput(hidden=block.mlp(x), attn=probs)
+
+    def _row_positions(self, positions: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        """Rotary positions [batch, n] of canvas rows `positions` [n] under left padding `pad` [batch] (padding
+        columns get 0). One tensor per (positions, pad) pair, kept while they are the latest: every layer of a
+        forward rotates at the same positions, and the rotary table keeps the angles of a tensor it has seen."""
+        last = self._rotary_memo
+        if last is not None and last[0] is positions and last[1] is pad and last[2] == (positions._version,
+                                                                                          pad._version):
+            return last[3]
+        rotary = (positions.unsqueeze(0) - pad.unsqueeze(1)).clamp_min(0)
+        self._rotary_memo = (positions, pad, (positions._version, pad._version), rotary)
+        return rotary
+
+    def _attend_rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first: torch.Tensor,
+                     need_attn: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of each row's queries over its own key columns `first[row]:`, one call per row (a row with
+        no padding in the batch still takes the batched call's kernel on its slice: the same sums as alone).
+        Probabilities, on request, are 0 on the padding columns."""
+        starts = first.tolist()
+        if not any(starts):
+            return self.attend(q, k, v, None, need_attn)
+        outs, probs = [], []
+        for row, s in enumerate(starts):
+            o, p = self.attend(q[row:row + 1], k[row:row + 1, :, s:], v[row:row + 1, :, s:], None, need_attn)
+            outs.append(o)
+            if need_attn:
+                probs.append(F.pad(p, (s, 0)))
+        return torch.cat(outs), (torch.cat(probs) if need_attn else None)
 
     def kv_rows(self, index: int, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K (rotated at `positions`) and V of layer `index` for inputs `h` [batch, n, d], as the cache stores them
@@ -243,15 +285,17 @@ class Transformer(nn.Module):
         cache: KVCache | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        pad: torch.Tensor | None = None,
     ) -> ForwardOutput:
-        """Full forward over ids [batch, length]; with a cache, every layer's K/V rows are written to it."""
+        """Full forward over ids [batch, length]; with a cache, every layer's K/V rows are written to it.
+        `pad` [batch]: left padding per row (module docstring)."""
         positions = torch.arange(ids.shape[1], device=ids.device)
         h = self.embed(ids)
         hidden, attentions = ([], []) if output_hidden_states or output_attentions else (None, None)
         for index in range(self.spec.n_layers):
             if output_hidden_states:
                 hidden.append(h)
-            out = self.layer(index, h, positions, cache, need_attn=output_attentions)
+            out = self.layer(index, h, positions, cache, need_attn=output_attentions, pad=pad)
             h = out.hidden
             if output_attentions:
                 attentions.append(out.attn)

@@ -27,7 +27,7 @@ class CommitContext:
     """What a rule may know about the step besides confidences."""
 
     step: int  # index of this forward within the block (0 = the block's entry forward)
-    block_masks: int  # masked positions of the block when it started
+    block_masks: int | tuple[int, ...]  # masked positions of the block when it started (a tuple: one per row)
     steps_per_block: int  # the quota rule's step budget per block
     signals: dict[str, torch.Tensor] = field(default_factory=dict)  # per-target [batch, n], from the cache policy
 
@@ -78,14 +78,21 @@ class QuotaPolicy(CommitPolicy):
     reason = CommitReason.QUOTA
 
     def select(self, confidence: torch.Tensor, rank: torch.Tensor, ctx: CommitContext) -> Selection:
-        plan = quota_plan(ctx.block_masks, ctx.steps_per_block)
-        k = plan[ctx.step] if ctx.step < len(plan) else 1
         eligible = torch.isfinite(confidence)
         order = _ranked(rank.masked_fill(~eligible, float("-inf")))
         take = torch.zeros_like(eligible)
-        take.scatter_(-1, order[:, :k], True)
+        if isinstance(ctx.block_masks, int):
+            take.scatter_(-1, order[:, :self._quota(ctx.block_masks, ctx)], True)
+        else:  # a row each: its block's own plan
+            k = torch.tensor([self._quota(n, ctx) for n in ctx.block_masks], device=order.device)
+            take.scatter_(-1, order, torch.arange(order.shape[-1], device=order.device) < k.unsqueeze(1))
         mask = take & eligible
         return Selection(mask=mask, forced=torch.zeros_like(mask))
+
+    @staticmethod
+    def _quota(block_masks: int, ctx: CommitContext) -> int:
+        plan = quota_plan(block_masks, ctx.steps_per_block)
+        return plan[ctx.step] if ctx.step < len(plan) else 1
 
 
 class ThresholdPolicy(CommitPolicy):
