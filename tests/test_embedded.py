@@ -84,3 +84,19 @@ def test_batch_of_four_equals_batch_one(model, method):
     for prompt, row in zip(prompts, decode_batch(model, prompts, cfg)):
         alone = decode(model, prompt.unsqueeze(0), cfg)
         assert torch.equal(row.canvas, alone.canvas) and row.nfe == alone.nfe
+
+
+def test_a_padded_batch_forward_is_each_row_alone_bit_for_bit(model):
+    """The first forward of a batch decode (held-out prompts + 256 masks): every row's logits exactly as alone.
+    Token equality of short decodes can hide a last-bit difference; this cannot."""
+    exs = tasks.make("arith", 16, seed=0)[12:16]
+    prompts = [encode_prompt(model, ex.prompt)[0] for ex in exs]
+    longest = max(len(p) for p in prompts)
+    pad = torch.tensor([longest - len(p) for p in prompts])
+    masks = torch.full((256,), model.mask_id)
+    ids = torch.stack([torch.cat([torch.full((int(n),), model.eos_id), p, masks]) for n, p in zip(pad, prompts)])
+    with torch.no_grad():
+        batch = model.run(ids, pad=pad).logits
+        for row, p in enumerate(prompts):
+            alone = model.run(torch.cat([p, masks]).unsqueeze(0)).logits
+            assert torch.equal(batch[row:row + 1, int(pad[row]):], alone), row

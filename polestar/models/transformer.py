@@ -165,7 +165,8 @@ class Transformer(nn.Module):
         else:  # contiguous like the cache's rows, so both paths run the same attention kernel bit for bit
             k_all, v_all, padding, key_positions = k.contiguous(), v.contiguous(), None, positions
         if pad is not None:
-            att, probs = self._attend_rows(q, k_all, v_all, torch.searchsorted(key_positions, pad), need_attn)
+            att, probs = self._attend_rows(q, k_all, v_all, torch.searchsorted(positions, pad),
+                                           torch.searchsorted(key_positions, pad), need_attn)
         else:
             att, probs = self.attend(q, k_all, v_all, padding, need_attn)
         b, n = h.shape[:2]
@@ -184,20 +185,22 @@ class Transformer(nn.Module):
         self._rotary_memo = (positions, pad, (positions._version, pad._version), rotary)
         return rotary
 
-    def _attend_rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first: torch.Tensor,
-                     need_attn: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attention of each row's queries over its own key columns `first[row]:`, one call per row (a row with
-        no padding in the batch still takes the batched call's kernel on its slice: the same sums as alone).
-        Probabilities, on request, are 0 on the padding columns."""
-        starts = first.tolist()
-        if not any(starts):
+    def _attend_rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_first: torch.Tensor,
+                     key_first: torch.Tensor, need_attn: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of each row's own queries (`query_first[row]:`) over its own key columns (`key_first[row]:`),
+        one call per row on exactly the shapes the row has alone: the attention kernel blocks its queries and keys
+        by their count, so a longer padded row would round differently. Padding query rows get zeros;
+        probabilities, on request, are 0 on the padding columns."""
+        q_starts, k_starts = query_first.tolist(), key_first.tolist()
+        if not any(k_starts):
             return self.attend(q, k, v, None, need_attn)
         outs, probs = [], []
-        for row, s in enumerate(starts):
-            o, p = self.attend(q[row:row + 1], k[row:row + 1, :, s:], v[row:row + 1, :, s:], None, need_attn)
-            outs.append(o)
+        for row, (qs, ks) in enumerate(zip(q_starts, k_starts)):
+            o, p = self.attend(q[row:row + 1, :, qs:], k[row:row + 1, :, ks:], v[row:row + 1, :, ks:], None,
+                               need_attn)
+            outs.append(F.pad(o, (0, 0, qs, 0)))
             if need_attn:
-                probs.append(F.pad(p, (s, 0)))
+                probs.append(F.pad(p, (ks, 0, qs, 0)))
         return torch.cat(outs), (torch.cat(probs) if need_attn else None)
 
     def kv_rows(self, index: int, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
