@@ -1,0 +1,118 @@
+"""Shared command line and outputs of the paper-figure scripts (`analysis/fig*.py`).
+
+Every script is `python -m analysis.<name> --n N --out DIR` and writes into DIR: `<name>.csv` (the measured rows),
+`<name>.json` (the summary its findings line is built from), `<name>.html` (the Plotly figure) and `<name>.png`
+(the same figure rendered by headless chromium, when it is installed; `--no-png` skips it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = ROOT / "reports" / "figures"
+
+
+def parser(description: str, n: int, task: str = "arith") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--n", type=int, default=n, help="held-out examples")
+    p.add_argument("--out", type=Path, default=REPORTS, help="output folder")
+    p.add_argument("--task", default=task, help="task suite (polestar.tasks)")
+    p.add_argument("--gen-length", type=int, default=256)
+    p.add_argument("--model", default=None, help="checkpoint directory (default: the embedded model)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--no-png", action="store_true", help="write no PNG (no chromium needed)")
+    return p
+
+
+_MODELS: dict[str, object] = {}  # loaded once per process (`analysis.drift_figures` runs several scripts)
+
+
+def setup(args):
+    """Quiet OpenMP, set threads, load the model (once per process); returns it."""
+    from polestar.threads import quiet_openmp
+
+    quiet_openmp()
+    import torch
+
+    import polestar
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    path = args.model or polestar.DEFAULT_MODEL
+    if path not in _MODELS:
+        _MODELS[path] = polestar.load_model(path)
+    return _MODELS[path]
+
+
+def examples(args):
+    from polestar import tasks
+
+    return tasks.make(args.task, args.n, 0)
+
+
+def write(args, name: str, rows: list[dict[str, Any]], summary: dict[str, Any], fig) -> Path:
+    """Write the CSV, the summary JSON (with the command's settings), the HTML and (unless --no-png) the PNG."""
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    if rows:
+        with (out / f"{name}.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)), restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+    settings = {"n": args.n, "task": args.task, "gen_length": args.gen_length,
+                "model": args.model or "embedded (assets/models/polestar-tiny)"}
+    (out / f"{name}.json").write_text(json.dumps({"settings": settings, **summary}, indent=2, default=_plain) + "\n")
+    fig.write_html(out / f"{name}.html", include_plotlyjs="cdn")
+    if not args.no_png:
+        png(fig, out / f"{name}.png")
+    return out
+
+
+def png(fig, path: Path, width: int = 1100, height: int | None = None) -> bool:
+    """Render `fig` to `path` in headless chromium (plotly.js inlined: no network). False without chromium."""
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        print(f"chromium is not installed: {path.name} not rendered (apt-get install -y chromium)")
+        return False
+    from playwright.sync_api import sync_playwright
+
+    height = height or int(fig.layout.height or 500)
+    html = fig.to_html(include_plotlyjs=True, full_html=True, config={"staticPlot": True})
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.set_content(html)
+        page.wait_for_selector(".js-plotly-plot .main-svg")
+        page.screenshot(path=str(path), full_page=True)
+        browser.close()
+    return True
+
+
+def finite(value: float) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+def ci95(values) -> float:
+    """Half-width of a normal 95 % interval of the mean (0 for fewer than two values)."""
+    values = list(values)
+    if len(values) < 2:
+        return 0.0
+    m = mean(values)
+    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
+    return 1.96 * math.sqrt(var / len(values))
+
+
+def _plain(value):
+    return float(value) if hasattr(value, "__float__") else str(value)
