@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> None:
         for t, r in enumerate(rec.records):
             if r.kl_step is None or not r.committed:
                 continue
-            local = torch.cat([torch.arange(r.block_start, r.block_end), drift_probe.window(r, cfg, out.canvas.shape[1])])
+            block = torch.arange(r.block_start, r.block_end)
+            local = torch.cat([block, drift_probe.window(r, cfg, out.canvas.shape[1])])
             local = local[local >= out.prompt_len]
             rows.append({"example": i, "step": t, "committed": len(r.committed), "group": _group(len(r.committed)),
                          "local_drift": float(r.kl_step[1:, local].mean())})
