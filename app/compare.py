@@ -29,9 +29,10 @@ def diff(a: RunRecord, b: RunRecord) -> tuple[dict, go.Figure]:
         "differing_positions": differing.tolist()[:64], "mean_commit_step_shift": float(shift.mean()),
         "text_A": a.metrics["text"], "text_B": b.metrics["text"],
     }
-    fig = go.Figure(go.Bar(x=np.arange(len(shift)), y=shift, marker_color=np.where(ta == tb, "#6699cc", "#d1495b"),
+    fig = go.Figure(go.Bar(x=np.arange(len(shift)), y=shift, marker_color=np.where(ta == tb, figures.COLOURS["quota"],
+                                                                          figures.COLOURS["drift"]),
                            hovertemplate="pos %{x}<br>step shift %{y}<extra></extra>"))
-    fig.update_xaxes(title="generated position (red: different token)")
+    fig.update_xaxes(title="generated position (vermillion: different token, blue: same)")
     fig.update_yaxes(title="commit step B − A")
     return summary, figures.style(fig, "Commit-step shift", 300, "diff")
 

@@ -12,10 +12,20 @@ from plotly.subplots import make_subplots
 
 from app.record import REASONS, RunRecord
 
+# Okabe–Ito: eight colours told apart with any of the common colour-vision deficiencies (Okabe & Ito, 2008)
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 COLOURS = {
-    "masked": "#d9d9d9", "quota": "#6699cc", "threshold": "#4c9f70", "forced": "#f0a202",
-    "factor": "#8e7cc3", "drift": "#d1495b", "suffix": "#00798c",
+    "masked": "#d9d9d9", "quota": "#0072B2", "threshold": "#009E73", "forced": "#E69F00",
+    "factor": "#CC79A7", "drift": "#D55E00", "suffix": "#56B4E9",
 }
+
+
+def layer_colours(n: int) -> list[str]:
+    """One colour per layer from a perceptually ordered, colour-blind-safe ramp (Viridis): layer order reads
+    as lightness, with no red–green pair to tell apart."""
+    from plotly.colors import sample_colorscale
+
+    return sample_colorscale("Viridis", [i / max(1, n - 1) * 0.9 for i in range(n)])
 
 
 GRID = "#ebebeb"
@@ -134,9 +144,9 @@ def staleness_curves(rec: RunRecord, t: int | None = None) -> go.Figure:
     if any(s is not None for s in series):
         arr = np.array([np.mean(s, axis=1) if s is not None else np.full(len(series[0]), np.nan)
                         for s in series], dtype=np.float32)  # [steps, layers]
-        for layer in range(arr.shape[1]):
+        for layer, colour in zip(range(arr.shape[1]), layer_colours(arr.shape[1])):
             fig.add_trace(go.Scatter(x=np.arange(1, t + 1), y=arr[:, layer], name=f"layer {layer}",
-                                     mode="lines"))
+                                     mode="lines", line=dict(color=colour)))
     else:
         fig.add_annotation(text="turn on 'measure staleness' to see how stale the cache gets", showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper")
@@ -163,15 +173,17 @@ def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None)
         for j, p in enumerate(positions):
             xy = basis.transform(stack[:t, j]).astype(np.float32)
             fig.add_trace(go.Scatter(x=xy[:, 0], y=xy[:, 1], mode="lines+markers", name=f"pos {p}",
-                                     marker=dict(size=4)))
+                                     marker=dict(size=4), line=dict(color=OKABE_ITO[j % len(OKABE_ITO)])))
             above = np.nonzero(last[:t, p] > trigger_level)[0]
             if len(above):
                 fig.add_trace(go.Scatter(x=xy[above[:1], 0], y=xy[above[:1], 1], mode="markers", showlegend=False,
-                                         marker=dict(symbol="diamond", size=11, color="#d1495b")))
+                                         marker=dict(symbol="diamond", size=11, color=COLOURS["drift"],
+                                                     line=dict(color="white", width=1))))
             if 0 < steps[p] <= t:
                 k = steps[p] - 1
                 fig.add_trace(go.Scatter(x=xy[k:k + 1, 0], y=xy[k:k + 1, 1], mode="markers", showlegend=False,
-                                         marker=dict(symbol="star", size=13, color="#f0a202")))
+                                         marker=dict(symbol="star", size=13, color=COLOURS["forced"],
+                                                     line=dict(color="black", width=1))))
     fig.update_xaxes(title="PC 1")
     fig.update_yaxes(title="PC 2")
     return style(fig, "Value-state trajectories (PCA, fixed basis)", 380, "pca", legend=True)
