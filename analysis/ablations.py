@@ -1,7 +1,7 @@
 """Shared step of the ablation figures (Fig 6b–d, Fig 7): decode held-out examples with a grid of labelled configs
 through `polestar.bench.run_bench` (methods interleaved per example, so machine noise hits all alike), summarise
-per label (accuracy, TPF, NFE, TPS, Polestar's counters, speed-up over the panel's reference), and plot accuracy
-against TPF per panel with each point labelled."""
+per label (accuracy, TPF, NFE, TPS, Polestar's counters, speed-up over the panel's reference), and plot the TPS
+ratio against TPF per panel, each point labelled with its setting and accuracy."""
 
 from __future__ import annotations
 
@@ -32,12 +32,26 @@ def run(args, model, panels: dict[str, dict[str, DecodeConfig]], reference: dict
                                      "drift_commits": r["drift_commits"], "suffix_commits": r["suffix_commits"]}
         labels = list(grid)
         fig.add_trace(go.Scatter(x=[summary[panel][lab]["tpf"] for lab in labels],
-                                 y=[100 * summary[panel][lab]["accuracy"] for lab in labels], mode="markers+text",
-                                 text=labels, textposition="top center", marker={"size": 10, "color": "#0072B2"},
-                                 showlegend=False, hovertemplate="%{text}<br>TPF %{x:.2f}<br>accuracy %{y:.1f} %"
-                                                                 "<extra></extra>"), 1, col)
-        fig.update_xaxes(title_text="TPF (content tokens per forward)", row=1, col=col)
-    fig.update_yaxes(title_text="accuracy (%)", row=1, col=1)
-    fig.update_layout(height=480, width=max(700, 450 * len(panels)))
+                                 y=[summary[panel][lab]["speedup"] for lab in labels], mode="markers+text",
+                                 text=[f"{lab} ({100 * summary[panel][lab]['accuracy']:.0f} %)" for lab in labels],
+                                 textposition=[("top center", "bottom center")[i % 2] for i in range(len(labels))],
+                                 marker={"size": 10, "color": "#0072B2"}, showlegend=False,
+                                 hovertemplate="%{text}<br>TPF %{x:.2f}<br>TPS %{y:.2f}× the reference"
+                                               "<extra></extra>"), 1, col)
+        xs = [summary[panel][lab]["tpf"] for lab in labels]
+        ys = [summary[panel][lab]["speedup"] for lab in labels]
+        fig.update_xaxes(title_text="TPF (content tokens per forward)", range=_padded(xs, 0.25), row=1, col=col)
+        fig.update_yaxes(range=_padded(ys, 0.2), row=1, col=col)
+    fig.update_yaxes(title_text="TPS over the panel's reference (×)", row=1, col=1)
+    fig.add_annotation(text="labels: setting (accuracy)", xref="paper", yref="paper", x=0, y=-0.22,
+                       showarrow=False, xanchor="left")
+    fig.update_layout(height=500, width=max(700, 450 * len(panels)), margin={"b": 110})
     out_rows = [{k: v for k, v in r.items() if k != "config"} for r in rows]
     return out_rows, summary, fig
+
+
+def _padded(values: list[float], share: float) -> list[float]:
+    """An axis range with room around the points for their text labels."""
+    lo, hi = min(values), max(values)
+    room = share * (hi - lo or abs(hi) or 1.0)
+    return [lo - room, hi + room]

@@ -54,10 +54,11 @@ def main(argv: list[str] | None = None) -> None:
     fig = go.Figure(go.Heatmap(z=heat.tolist(), colorscale="Viridis", colorbar={"title": "KL (nats)"},
                                x=list(range(heat.shape[1])), y=list(range(1, heat.shape[0] + 1)),
                                hovertemplate="step %{y}<br>position %{x}<br>drift %{z:.4f}<extra></extra>"))
-    fig.update_layout(title=f"Attention drift, layers 1–{model.spec.n_layers - 1} mean ({args.task}, example 0; "
-                            f"drift share: block {100 * summary['drift_share']['block']:.0f} %, local window "
+    fig.update_layout(title=f"Attention drift of {args.task} example 0, layers 1–{model.spec.n_layers - 1} mean<br>"
+                            f"<sub>share of all drift over the {args.n} examples: current block "
+                            f"{100 * summary['drift_share']['block']:.0f} %, local window "
                             f"{100 * summary['drift_share']['window']:.0f} %, beyond "
-                            f"{100 * summary['drift_share']['beyond']:.0f} %, n = {args.n})",
+                            f"{100 * summary['drift_share']['beyond']:.0f} %</sub>",
                       xaxis_title="generated position", yaxis_title="step", height=560)
     figio.write(args, NAME, rows, summary, fig)
     print(summary)

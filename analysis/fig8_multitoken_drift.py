@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     fig.update_xaxes(title_text="tokens committed in the step (share of steps)", row=1, col=1)
     fig.update_xaxes(title_text="step", row=1, col=2)
     fig.update_yaxes(title_text="drift (KL, nats)", row=1, col=2)
-    fig.update_yaxes(title_text="tokens committed", row=1, col=2, secondary_y=True)
+    fig.update_yaxes(title_text="tokens committed", row=1, col=2, secondary_y=True, rangemode="tozero", showgrid=False,
+                     tickmode="linear", tick0=0, dtick=5)
+    fig.update_yaxes(rangemode="tozero", row=1, col=2, secondary_y=False)
     fig.update_layout(title=f"Multi-token steps and local drift ({args.task}, n = {args.n}, Fast-dLLM)", height=480,
                       width=1300)
     figio.write(args, NAME, rows, summary, fig)
