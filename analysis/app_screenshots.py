@@ -30,7 +30,13 @@ def main() -> None:
         page.screenshot(path=str(out / "main.png"), full_page=True)
         page.get_by_role("tab", name="Compare").click()
         page.get_by_role("button", name="Compare", exact=True).click()
-        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 5", timeout=180_000)
+        # the Run tab's plots already count as drawn: wait for the comparison's own axis, then for every
+        # "processing" overlay to go
+        page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot .ytitle')]"
+                               ".some(t => t.textContent.includes('commit step B'))", timeout=180_000)
+        page.wait_for_function("() => ![...document.querySelectorAll('.progress-text, .eta-bar, .meta-text')]"
+                               ".some(e => e.offsetParent !== null && e.textContent.includes('processing'))",
+                               timeout=180_000)
         page.wait_for_timeout(1500)
         page.screenshot(path=str(out / "compare.png"), full_page=True)
         page.get_by_role("tab", name="Sweep").click()
