@@ -68,7 +68,8 @@ def token_canvas(rec: RunRecord, t: int | None = None) -> go.Figure:
     ))
     fig.update_yaxes(autorange="reversed", title="block", tickvals=list(range(rows)))
     fig.update_xaxes(title="offset in block")
-    return style(fig, f"Token canvas — step {t}/{rec.n_steps}", 120 + 26 * rows, "canvas")
+    # at least 280 px: the colour bar names seven reasons, which a short canvas (few blocks) would squeeze together
+    return style(fig, f"Token canvas — step {t}/{rec.n_steps}", max(280, 120 + 26 * rows), "canvas")
 
 
 def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None) -> go.Figure:
