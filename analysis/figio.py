@@ -12,6 +12,7 @@ import csv
 import json
 import math
 import shutil
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,9 @@ def png(fig, path: Path, width: int = 1100, height: int | None = None) -> bool:
     height = height or int(fig.layout.height or 500)
     html = fig.to_html(include_plotlyjs=True, full_html=True, config={"staticPlot": True})
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        from analysis.app_screenshots import ARGS  # the analysis scripts' one set of chromium flags
+
+        browser = pw.chromium.launch(executable_path=chromium, args=ARGS)
         page = browser.new_page(viewport={"width": width, "height": height})
         page.set_content(html)
         page.wait_for_selector(".js-plotly-plot .main-svg")
@@ -100,18 +103,15 @@ def finite(value: float) -> bool:
 
 
 def mean(values) -> float:
+    """The mean, NaN for no values (an empty group in a summary)."""
     values = list(values)
-    return sum(values) / len(values) if values else float("nan")
+    return statistics.fmean(values) if values else float("nan")
 
 
 def ci95(values) -> float:
     """Half-width of a normal 95 % interval of the mean (0 for fewer than two values)."""
     values = list(values)
-    if len(values) < 2:
-        return 0.0
-    m = mean(values)
-    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
-    return 1.96 * math.sqrt(var / len(values))
+    return 1.96 * statistics.stdev(values) / math.sqrt(len(values)) if len(values) >= 2 else 0.0
 
 
 def _plain(value):
