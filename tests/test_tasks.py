@@ -29,12 +29,13 @@ def _check_line(line: str, drill: bool = False) -> tuple[int, str, int, int]:
     m = _LINE.fullmatch(line)
     assert m and (m["restate"] is None) == drill, line
     x, op, b, y = int(m["x"]), m["op"], int(m["b"]), int(m["y"])
+    # every number is WIDTH digits, zero-filled (a product's multiplier is one digit)
+    assert len(m["x"]) == len(m["y"]) == arith.WIDTH and len(m["b"]) == (1 if op == "*" else arith.WIDTH), line
     assert y == {"+": x + b, "-": x - b, "*": x * b}[op] and 1 <= y <= arith.MAX_VALUE
     if not drill:
         assert f" {b} " in f" {m['restate'][:-1]} "  # the restatement names the event's number
     chunks = m["chunks"].split(" ")
-    width = len(str(x)) if op == "*" else max(len(str(x)), len(str(b)))
-    assert len(chunks) == width, line
+    assert len(chunks) == arith.WIDTH, line
     carry, written = 0, []
     for i, chunk in enumerate(chunks):
         a, op1, d, op2, c, out, digit = _CHUNK.fullmatch(chunk).groups()
@@ -53,7 +54,7 @@ def _check_line(line: str, drill: bool = False) -> tuple[int, str, int, int]:
 
 
 def test_arith_worked_solutions_are_correct_and_long():
-    """Every line's scratchpad is right column by column; lines chain; 3–6 operations; `#### N` ends it; the
+    """Every line's scratchpad is right column by column; lines chain; 3–5 operations; `#### N` ends it; the
     answer fits the piece bound that keeps it inside a 256-token canvas."""
     counts = set()
     for ex in tasks.make("arith", 300, seed=0):
@@ -72,10 +73,13 @@ def test_arith_worked_solutions_are_correct_and_long():
 
 
 def test_scratchpad_by_hand():
-    assert arith.scratchpad(68, "+", 57) == ("8+7+0=15 6+5+1=12", 125)
+    assert arith.scratchpad(68, "+", 57) == ("8+7+0=15 6+5+1=12 0+0+1=01", 125)
     assert arith.scratchpad(403, "-", 58) == ("3-8-0=15 0-5-1=14 4-0-1=03", 345)
     assert arith.scratchpad(198, "*", 2) == ("8*2+0=16 9*2+1=19 1*2+1=03", 396)
+    assert arith.scratchpad(19, "*", 9) == ("9*9+0=81 1*9+8=17 0*9+1=01", 171)
     assert arith.scratchpad(5, "+", 120) == ("5+0+0=05 0+2+0=02 0+1+0=01", 125)
+    assert arith.solution_line("Loses 46.", 65, "-", 46) == ("Loses 46. 065 - 046: 5-6-0=19 6-4-1=01 0-0-0=00 so 019",
+                                                             19)
 
 
 def test_arith_drill_lines_are_worked_equations():
@@ -107,6 +111,7 @@ def test_arith_scoring():
     assert tasks.score("arith", ex, f"1 + 1 = 2\n#### {ex.target}<|endoftext|>")
     assert not tasks.score("arith", ex, f"#### {wrong}")
     assert not tasks.score("arith", ex, ex.target)  # no '####': not an answer
+    assert tasks.score("arith", ex, f"#### {ex.target.zfill(arith.WIDTH)}")  # the value counts, not the padding
 
 
 def test_lists_answers_and_scoring():

@@ -4,12 +4,14 @@ A story starts with someone owning some objects; 3–6 events then add, remove o
 solution has one line per event: it restates the event in words, writes the equation and does the arithmetic
 as a column scratchpad from the units digit up, then writes the result:
 
-    Buys 57 more. 68 + 57: 8+7+0=15 6+5+1=12 so 125
+    Buys 57 more. 068 + 057: 8+7+0=15 6+5+1=12 0+0+1=01 so 125
 
 Each chunk `a+b+c=ds` is one column: the two digits, the carry in, then the carry out and the written digit
-(`a-b-c=ds` for a difference: the borrow out and the digit; `a*m+c=ds` for a product by one digit). With one
-token per digit every written digit is a function of a few nearby tokens, so the model learns the 100 one-digit
-facts and a carry rule instead of a table of whole sums (docs/model_card.md in the model folder states this).
+(`a-b-c=ds` for a difference: the borrow out and the digit; `a*m+c=ds` for a product by one digit). Every number
+of the solution is written with WIDTH digits (zero-filled) and every line has WIDTH columns, so a line's layout
+never changes: each digit to copy sits at the same offset from the tokens that need it. With one token per digit
+every written digit is a function of a few nearby tokens, so the model learns the 100 one-digit facts and a carry
+rule instead of a table of whole sums (the model card in the model folder states this).
 Every intermediate result is in [1, MAX_VALUE]; answers longer than MAX_ANSWER_PIECES pieces (digits, words and
 punctuation marks, each at most one token of the shipped tokenizer) are redrawn, so none overflows a 256-token
 canvas.
@@ -23,7 +25,8 @@ import re
 from polestar.tasks.base import Example
 
 MAX_VALUE = 999
-MIN_OPS, MAX_OPS = 3, 6
+WIDTH = len(str(MAX_VALUE))  # digits of every number in a solution line, zero-filled
+MIN_OPS, MAX_OPS = 3, 5
 MAX_ANSWER_PIECES = 248  # ≤ 248 tokens + EOS: fits a 256-token canvas with room to spare
 NAMES = (
     "Ava Ben Carla Dev Elena Farid Gita Hugo Iris Jonas Kemal Lena Mateo Nadia Omar Priya Quinn Rosa Sami Tara "
@@ -75,21 +78,20 @@ def _digits(x: int, width: int) -> list[int]:
 
 
 def scratchpad(x: int, op: str, b: int) -> tuple[str, int]:
-    """The column chunks of `x op b` from the units digit up, and the result.
+    """The WIDTH column chunks of `x op b` from the units digit up, and the result.
 
     `+`: `a+b+c=ds` (c the carry in, d the carry out, s the digit written); `-` (x > b): `a-b-c=ds` (c the
     borrow in, d the borrow out, so a − b − c = s − 10·d); `*` (b one digit): `a*b+c=ds` (a·b + c = 10·d + s,
     d ≤ 8 the carry into the next column)."""
     if op == "*":
         chunks, carry = [], 0
-        for a in _digits(x, len(str(x))):
+        for a in _digits(x, WIDTH):
             value = a * b + carry
             chunks.append(f"{a}*{b}+{carry}={value // 10}{value % 10}")
             carry = value // 10
         return " ".join(chunks), x * b
-    width = max(len(str(x)), len(str(b)))
     chunks, carry = [], 0
-    for a, d in zip(_digits(x, width), _digits(b, width)):
+    for a, d in zip(_digits(x, WIDTH), _digits(b, WIDTH)):
         if op == "+":
             value = a + d + carry
             out, digit = value // 10, value % 10
@@ -118,9 +120,15 @@ def _operand(rng: random.Random, x: int) -> tuple[str, int] | None:
     return None
 
 
+def padded(x: int) -> str:
+    return str(x).zfill(WIDTH)
+
+
 def solution_line(restatement: str, x: int, op: str, b: int) -> tuple[str, int]:
+    """`Restatement. xxx op bbb: <WIDTH chunks> so yyy` (a product's multiplier stays one digit)."""
     chunks, y = scratchpad(x, op, b)
-    return f"{restatement} {x} {op} {b}: {chunks} so {y}", y
+    right = str(b) if op == "*" else padded(b)
+    return f"{restatement} {padded(x)} {op} {right}: {chunks} so {padded(y)}", y
 
 
 def candidate(rng: random.Random) -> Example:
@@ -148,7 +156,7 @@ def candidate(rng: random.Random) -> Example:
 def candidate_drill(rng: random.Random) -> Example:
     """A training drill of bare equations, the scratchpads of `arith` many per token: the prompt lists 3–6
     left-hand sides (`37 + 208, 115 - 13, 42 * 7`), the answer works each out as a solution line without the
-    restatement (`37 + 208: 7+8+0=15 3+0+1=04 0+2+0=02 so 245`). Operands are drawn like the word problems'."""
+    restatement (`037 + 208: 7+8+0=15 3+0+1=04 0+2+0=02 so 245`). Operands are drawn like the word problems'."""
     lines, lefts = [], []
     for _ in range(rng.randint(3, 6)):
         while (step := _operand(rng, x := rng.randint(3, MAX_VALUE - 2))) is None:
@@ -169,4 +177,6 @@ def extract(completion: str) -> str | None:
 
 
 def score(example: Example, completion: str) -> bool:
-    return extract(completion) == example.target
+    """The integer after the first `####` equals the target (`#### 019` counts as 19)."""
+    found = extract(completion)
+    return found is not None and int(found) == int(example.target)
