@@ -20,17 +20,20 @@ def test_same_seed_same_examples(name):
     assert tasks.make(name, 40, seed=3) != tasks.make(name, 40, seed=4)
 
 
-_LINE = re.compile(r"(?:(?P<restate>[A-Z][^.]*\.) )?(?P<x>\d+) (?P<op>[-+*]) (?P<b>\d+): (?P<chunks>.+) so (?P<y>\d+)")
+_LINE = re.compile(r"(?:(?P<restate>[A-Z][^.]*\.) )?(?P<x>\d+) (?P<op>[-+*]) (?P<b>\d+): (?P<chunks>[^s]+?)(?: so (?P<y>\d+))?")
 _CHUNK = re.compile(r"(\d)([-+*])(\d)([-+])(\d)=(\d)(\d)")
 
 
 def _check_line(line: str, drill: bool = False) -> tuple[int, str, int, int]:
-    """(x, op, b, y) of a worked solution line (a drill line has no restatement), every column checked."""
+    """(x, op, b, y) of a worked solution line (a drill line has no restatement and no `so y`), every column
+    checked."""
     m = _LINE.fullmatch(line)
-    assert m and (m["restate"] is None) == drill, line
-    x, op, b, y = int(m["x"]), m["op"], int(m["b"]), int(m["y"])
+    assert m and (m["restate"] is None) == drill and (m["y"] is None) == drill, line
+    x, op, b = int(m["x"]), m["op"], int(m["b"])
+    y = {"+": x + b, "-": x - b, "*": x * b}[op]
     # every number is WIDTH digits, zero-filled (a product's multiplier is one digit)
-    assert len(m["x"]) == len(m["y"]) == arith.WIDTH and len(m["b"]) == (1 if op == "*" else arith.WIDTH), line
+    assert len(m["x"]) == arith.WIDTH and len(m["b"]) == (1 if op == "*" else arith.WIDTH), line
+    assert drill or (len(m["y"]) == arith.WIDTH and int(m["y"]) == y), line
     assert y == {"+": x + b, "-": x - b, "*": x * b}[op] and 1 <= y <= arith.MAX_VALUE
     if not drill:
         assert f" {b} " in f" {m['restate'][:-1]} "  # the restatement names the event's number
@@ -85,7 +88,7 @@ def test_scratchpad_by_hand():
 def test_arith_drill_lines_are_worked_equations():
     for ex in tasks.make("arith-drill", 300, seed=0, split="train"):
         lines = ex.answer.split("\n")
-        assert 3 <= len(lines) <= 6
+        assert arith.DRILL_LINES[0] <= len(lines) <= arith.DRILL_LINES[1]
         facts = [_check_line(line, drill=True) for line in lines]
         assert ex.prompt == ", ".join(f"{x} {op} {b}" for x, op, b, _ in facts)
         assert tasks.score("arith-drill", ex, ex.answer)

@@ -153,17 +153,23 @@ def candidate(rng: random.Random) -> Example:
             return Example(task="arith", prompt=" ".join(story), answer=answer, target=str(x))
 
 
+DRILL_LINES = (5, 7)
+
+
 def candidate_drill(rng: random.Random) -> Example:
-    """A training drill of bare equations, the scratchpads of `arith` many per token: the prompt lists 3–6
-    left-hand sides (`37 + 208, 115 - 13, 42 * 7`), the answer works each out as a solution line without the
-    restatement (`037 + 208: 7+8+0=15 3+0+1=04 0+2+0=02 so 245`). Operands are drawn like the word problems'."""
+    """A training drill of bare equations, the scratchpads of `arith` many per token: the prompt lists 5–7
+    left-hand sides (`37 + 208, 115 - 13, 42 * 7`), the answer works each out in columns, without the restatement
+    and without the closing `so yyy` (`037 + 208: 7+8+0=15 3+0+1=04 0+2+0=02`). In a word problem the result is
+    written again (`so 245`, then `245 + …` on the next line), so a masked column digit can be copied from a
+    visible copy of the result instead of computed from its column; here nothing repeats a written digit but the
+    next column's carry-in, so the one-digit facts must be computed. Operands are drawn like the word problems'."""
     lines, lefts = [], []
-    for _ in range(rng.randint(3, 6)):
+    for _ in range(rng.randint(*DRILL_LINES)):
         while (step := _operand(rng, x := rng.randint(3, MAX_VALUE - 2))) is None:
             pass
         op, b = step
         lefts.append(f"{x} {op} {b}")
-        lines.append(solution_line("", x, op, b)[0].lstrip())
+        lines.append(solution_line("", x, op, b)[0].lstrip().rsplit(" so ", 1)[0])
     answer = "\n".join(lines)
     return Example(task="arith-drill", prompt=", ".join(lefts), answer=answer, target=answer)
 
