@@ -5,6 +5,7 @@ in the library, all colours in figures.py."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import tempfile
 import threading
 import time
@@ -73,7 +74,11 @@ def _config(method: str, values: dict[str, Any]) -> DecodeConfig:
             if isinstance(default, bool):
                 value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
             elif isinstance(default, int):
-                value = int(round(float(value)))
+                number = float(value)
+                if number.is_integer():  # sliders send 3.0; 2.5 is not an integer and gets the config's message
+                    value = int(number)
+                else:
+                    value = number
             elif isinstance(default, float):
                 value = float(value)
         except (TypeError, ValueError, OverflowError):
@@ -108,6 +113,19 @@ def restore_query(params: dict[str, str]) -> tuple[str | None, str, DecodeConfig
     return params.get("prompt"), method, _config(method, {**RUN_DEFAULTS, **values})
 
 
+def check_view(layer: Any, positions: Any) -> tuple[int, str]:
+    """The layer and positions fields of the views, or a PolestarError naming the field."""
+    try:
+        number = float(layer)
+    except (TypeError, ValueError):
+        raise ConfigError(f"layer must be a number, got {layer!r}") from None
+    if not math.isfinite(number):
+        raise ConfigError(f"layer must be a number, got {layer!r}")
+    if not isinstance(positions, str):
+        raise ConfigError(f"positions must be text such as '0 1 2 3', got {positions!r}")
+    return max(0, int(number)), positions
+
+
 def _panels(rec: RunRecord | None, t: int | None, layer: int, positions: str):
     if rec is None or not rec.events:
         empty = figures.go.Figure()
@@ -131,6 +149,7 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
         check_prompt(prompt)
         try:
             cfg = _config(method, dict(zip(CONTROLS, values)))
+            layer, positions = check_view(layer, positions)
         except PolestarError as exc:
             raise gr.Error(str(exc)) from None
         stop = stops[session] = stops.get(session) or threading.Event()

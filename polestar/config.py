@@ -7,6 +7,7 @@ Every field carries its help text, its range and its UI group in the field metad
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -124,8 +125,8 @@ class DecodeConfig:
                 if not isinstance(value, bool):
                     raise ConfigError(f"{f.name} must be true or false, got {value!r}")
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{f.name} must be a number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"{f.name} must be a finite number, got {value!r}")
             if isinstance(f.default, int) and not isinstance(f.default, bool) and value != int(value):
                 raise ConfigError(f"{f.name} must be an integer, got {value!r}")
             if not meta["min"] <= value <= meta["max"]:
