@@ -114,7 +114,8 @@ def _cluster_drift(rec: RunRecord, layer: int, t: int) -> np.ndarray | None:
 
 
 def commit_timeline(rec: RunRecord, t: int | None = None) -> go.Figure:
-    """One marker per commit (step × position) coloured by reason; cumulative TPF over steps."""
+    """One marker per commit (step × position) coloured by reason, each reason's count up to step t in its legend
+    entry; cumulative TPF over steps."""
     t = rec.n_steps if t is None else t
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     by_reason: dict[str, tuple[list, list]] = {}
@@ -127,7 +128,7 @@ def commit_timeline(rec: RunRecord, t: int | None = None) -> go.Figure:
             content += c.token != rec.eos_id
         tpf.append(content / (i + 1))
     for reason, (xs, ys) in by_reason.items():
-        fig.add_trace(go.Scatter(x=np.array(xs), y=np.array(ys), mode="markers", name=reason,
+        fig.add_trace(go.Scatter(x=np.array(xs), y=np.array(ys), mode="markers", name=f"{reason} ({len(xs)})",
                                  marker=dict(color=COLOURS[reason], size=6)), secondary_y=False)
     fig.add_trace(go.Scatter(x=np.arange(1, t + 1), y=np.array(tpf, dtype=np.float32), name="TPF (cumulative)",
                              line=dict(color="#333", width=1.5)), secondary_y=True)

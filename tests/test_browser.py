@@ -4,6 +4,7 @@ move the playhead, save a screenshot. Skips with the reason where chromium or pl
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -35,20 +36,77 @@ def page(tmp_path_factory):
     demo.close()
 
 
-def test_run_an_example_and_scrub(page, tmp_path):
+PLOTS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(p => {
+    const box = p.getBoundingClientRect();
+    const title = (p.layout && p.layout.title && (p.layout.title.text ?? p.layout.title)) || '';
+    const points = (p.data || []).reduce((n, t) => n + ((t.x && t.x.length) || (t.z && t.z.length) || 0), 0);
+    return {title, points, visible: box.width > 100 && box.height > 100, legend: (p.data || []).map(t => t.name || ''),
+            signature: title + JSON.stringify(p.data)};
+})"""
+
+
+def _plots(page) -> list[dict]:
+    return page.evaluate(PLOTS)
+
+
+def _count(legend: list[str], reason: str) -> int:
+    """A reason's commit count from the timeline legend ('drift (36)')."""
+    match = next((re.fullmatch(rf"{reason} \((\d+)\)", name) for name in legend if name.startswith(reason)), None)
+    return int(match[1]) if match else 0
+
+
+def _set_playhead(page, t: int) -> None:
+    page.locator("input[type=range][aria-label*='Playhead']").first.fill(str(t))
+
+
+def _wait_canvas_step(page, t: int) -> None:
+    page.wait_for_function(
+        "(t) => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
+        ".some(e => e.textContent.startsWith(`Token canvas — step ${t}/`))", arg=t, timeout=30_000)
+
+
+def test_run_the_default_prompt_and_scrub(page, tmp_path):
     run = page.get_by_role("button", name="Run", exact=True)
     box = run.bounding_box()
     assert box is not None and box["y"] + box["height"] <= 900, box  # Run is in the first 1440×900 viewport
     run.click()
     page.get_by_text("done", exact=True).wait_for(timeout=120_000)
-    assert page.locator(".js-plotly-plot").count() >= 5  # the canvas and the four views, all drawn
-    title = page.locator(".js-plotly-plot .gtitle").first.text_content()
-    assert title.startswith("Token canvas — step")
-    steps = int(title.split("/")[-1])
-    page.locator("input[type=range][aria-label*='Playhead']").first.fill("1")
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
-        ".some(t => t.textContent.startsWith('Token canvas — step 1/'))", timeout=30_000)
+    plots = _plots(page)
+    assert len(plots) == 5, [p["title"] for p in plots]  # the canvas and the four views, all drawn with data
+    assert all(p["visible"] and p["points"] > 0 for p in plots), plots
+    assert plots[0]["title"].startswith("Token canvas — step")
+    timeline = next(p for p in plots if p["title"].startswith("Commit timeline"))
+    assert _count(timeline["legend"], "drift") > 0 and _count(timeline["legend"], "suffix") > 0, timeline["legend"]
+    steps = int(plots[0]["title"].split("/")[-1])
+    _set_playhead(page, 1)  # the playhead moves every view
+    _wait_canvas_step(page, 1)
+    page.wait_for_timeout(500)
+    moved = _plots(page)
+    assert all(a["signature"] != b["signature"] for a, b in zip(plots, moved)), [p["title"] for p in moved]
     shot = Path(os.environ.get("POLESTAR_SCREENSHOTS", tmp_path)) / "main-view.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000 and steps >= 1
+
+
+def test_stop_then_the_playhead_scrubs_the_stopped_run(page):
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.locator("text=/^step \\d+$/").first.wait_for(timeout=60_000)  # streaming
+    page.get_by_role("button", name="Stop", exact=True).click()
+    page.get_by_text(re.compile(r"^stopped at step \d+$")).wait_for(timeout=60_000)
+    status = page.get_by_text(re.compile(r"^stopped at step \d+$")).text_content()
+    stopped = int(status.split()[-1])
+    _wait_canvas_step(page, stopped)
+    assert _plots(page)[0]["title"] == f"Token canvas — step {stopped}/{stopped}"
+    _set_playhead(page, 1)
+    _wait_canvas_step(page, 1)
+    assert _plots(page)[0]["title"] == f"Token canvas — step 1/{stopped}"
+
+
+def test_a_deep_link_restores_the_method_and_a_setting(page):
+    page.goto(page.url.split("?")[0] + "?method=fast-dllm&tau_s=0.8")
+    method = page.get_by_label("Method")
+    page.wait_for_function("() => [...document.querySelectorAll('input')].some(i => i.value === 'fast-dllm')",
+                           timeout=30_000)
+    assert method.input_value() == "fast-dllm"
+    tau = page.locator("input[type=number][aria-label*='tau_s']").first
+    page.wait_for_function("(e) => e.value === '0.8'", arg=tau.element_handle(), timeout=30_000)

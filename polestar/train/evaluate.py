@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from collections import defaultdict
@@ -78,6 +79,38 @@ def fill_accuracy(model, task: str, n: int, seed: int, ratio: float, gen_length:
             "all_masked_right": round(whole / n, 4)}
 
 
+_COLUMN = re.compile(r"\d[-+*]\d[-+](\d)=(\d)(\d)")
+
+
+@torch.no_grad()
+def column_accuracy(model, n: int, seed: int) -> dict:
+    """Teacher-forced probe of the one-digit facts, with nothing to copy: on `arith-drill` answers (no written
+    digit repeats there), mask every column's carry-in, carry-out and written digit at once, one forward per
+    example, and count the argmax hits per kind. The units column's digit depends only on its two visible operand
+    digits (its carry-in is always 0): its accuracy is the share of one-digit facts the model knows (chance is
+    about 10 %). Training examples are drawn (the drill has no held-out use), with a seed training never uses."""
+    tok = model.tokenizer
+    hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for ex in tasks.make("arith-drill", n, seed, split="train"):
+        prompt = chat_prompt_ids(tok, ex.prompt)
+        enc = tok(ex.answer, add_special_tokens=False, return_offsets_mapping=True)
+        kind_at: dict[int, str] = {}  # character offset -> what is hidden there
+        for m in _COLUMN.finditer(ex.answer):
+            column = ex.answer.count("=", ex.answer.rfind(":", 0, m.start()), m.start())
+            kind_at.update({m.start(1): "carry_in", m.start(2): "carry_out", m.start(3): f"digit_col{column}"})
+        hidden = [(j, kind_at[a]) for j, (a, b) in enumerate(enc.offset_mapping) if b - a == 1 and a in kind_at]
+        canvas = torch.tensor(prompt + enc.input_ids + [model.eos_id] * 8)
+        truth = canvas.clone()
+        rows = torch.tensor([len(prompt) + j for j, _ in hidden])
+        canvas[rows] = model.mask_id
+        guess = model(canvas.unsqueeze(0).to(model.device))[0, rows].argmax(-1).cpu()
+        for (_, kind), right in zip(hidden, (guess == truth[rows]).tolist()):
+            hits[kind][0] += right
+            hits[kind][1] += 1
+    return {"probe": "columns", "n": n, "seed": seed,
+            **{kind: round(h / total, 4) for kind, (h, total) in sorted(hits.items())}}
+
+
 @torch.no_grad()
 def time_forward(model, length: int = 320, repeats: int = 30) -> float:
     ids = torch.randint(0, len(model.tokenizer), (1, length))
@@ -107,6 +140,8 @@ def main() -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (accuracy only; time the forward on the CPU)")
     p.add_argument("--fill", type=float, default=None,
                    help="teacher-forced probe instead: mask this fraction of each reference answer, one forward")
+    p.add_argument("--columns", action="store_true",
+                   help="teacher-forced probe of the one-digit facts instead (arith-drill, all column results masked)")
     p.add_argument("--dump", default=None, help="append every example's row (JSON lines) to this file")
     p.add_argument("--time-forward", action="store_true", help="also time one full forward over 320 tokens")
     args = p.parse_args()
@@ -115,6 +150,9 @@ def main() -> None:
     model = polestar.load_model(args.model, device=args.device)
     if args.time_forward:
         print(json.dumps({"forward_320_ms_median": round(time_forward(model), 2), "threads": torch.get_num_threads()}))
+    if args.columns:
+        print(json.dumps(column_accuracy(model, args.n, args.seed + 7_000_000)), flush=True)
+        return
     for task in args.tasks.split(","):
         if args.fill is not None:
             print(json.dumps(fill_accuracy(model, task, args.n, args.seed, args.fill, args.gen_length)), flush=True)
