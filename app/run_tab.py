@@ -348,7 +348,8 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
     playhead.change(move, [playhead, layer, positions], panels, api_name="playhead", show_progress="hidden")
     layer.change(move, [playhead, layer, positions], panels, api_name=False)  # drags and typed numbers
     positions.submit(move, [playhead, layer, positions], panels, api_name=False)
-    method.change(preset_values, method, [*controls, status], api_name=False)
+    # `.input`: only a user's choice resets the controls; a deep link sets the method and its own values together
+    method.input(preset_values, method, [*controls, status], api_name=False)
     export_trace.click(export_parquet, None, download, api_name=False)
     export_html.click(export_report, None, download, api_name=False)
     replay_btn.click(replay, [replay_pick, layer, positions], [*panels, metrics, status, playhead, prompt],

@@ -39,7 +39,10 @@ def page(tmp_path_factory):
 PLOTS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(p => {
     const box = p.getBoundingClientRect();
     const title = (p.layout && p.layout.title && (p.layout.title.text ?? p.layout.title)) || '';
-    const points = (p.data || []).reduce((n, t) => n + ((t.x && t.x.length) || (t.z && t.z.length) || 0), 0);
+    // an array, or Plotly's typed-array form {dtype, bdata, shape} (decoded into _inputArray once drawn)
+    const size = (a) => !a ? 0 : a.length ?? (a._inputArray ? a._inputArray.length
+                                                           : String(a.shape || '0').split(',').reduce((n, d) => n * parseInt(d), 1));
+    const points = (p.data || []).reduce((n, t) => n + (size(t.x) || size(t.z)), 0);
     return {title, points, visible: box.width > 100 && box.height > 100, legend: (p.data || []).map(t => t.name || ''),
             signature: title + JSON.stringify(p.data)};
 })"""
@@ -70,10 +73,10 @@ def test_run_the_default_prompt_and_scrub(page, tmp_path):
     box = run.bounding_box()
     assert box is not None and box["y"] + box["height"] <= 900, box  # Run is in the first 1440×900 viewport
     run.click()
-    page.get_by_text("done", exact=True).wait_for(timeout=120_000)
+    page.get_by_text("done", exact=True).wait_for(timeout=300_000)
     plots = _plots(page)
     assert len(plots) == 5, [p["title"] for p in plots]  # the canvas and the four views, all drawn with data
-    assert all(p["visible"] and p["points"] > 0 for p in plots), plots
+    assert all(p["visible"] and p["points"] > 0 for p in plots), [(p["title"], p["points"], p["visible"]) for p in plots]
     assert plots[0]["title"].startswith("Token canvas — step")
     timeline = next(p for p in plots if p["title"].startswith("Commit timeline"))
     assert _count(timeline["legend"], "drift") > 0 and _count(timeline["legend"], "suffix") > 0, timeline["legend"]
@@ -108,5 +111,8 @@ def test_a_deep_link_restores_the_method_and_a_setting(page):
     page.wait_for_function("() => [...document.querySelectorAll('input')].some(i => i.value === 'fast-dllm')",
                            timeout=30_000)
     assert method.input_value() == "fast-dllm"
+    page.get_by_text("Hyperparameters").click()
     tau = page.locator("input[type=number][aria-label*='tau_s']").first
-    page.wait_for_function("(e) => e.value === '0.8'", arg=tau.element_handle(), timeout=30_000)
+    tau.wait_for(timeout=30_000)
+    assert float(tau.input_value()) == 0.8, [(e.get_attribute("aria-label"), e.input_value())
+                                             for e in page.locator("input[type=number]").all()]
