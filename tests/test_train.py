@@ -207,3 +207,40 @@ def test_block_causal_rows_mask_a_clean_prefix_one_block_and_all_after():
         assert not scored[row, :lo].any() and not scored[row, hi:].any()
         assert torch.equal(scored[row, lo:hi], model.noisy[row, lo:hi] == mask)  # every masked block position
     assert len(firsts) > 2  # the masked block is drawn, not fixed
+
+
+def test_focus_rows_mask_and_score_only_the_computed_digits():
+    """With focus_rows=1 every row that has focus tokens masks only those (each with its ratio t) and scores
+    exactly what it masked; a row without focus tokens keeps uniform masking. The drill's focus is every column's
+    carry-in, carry-out and written digit."""
+    from transformers import PreTrainedTokenizerFast
+
+    import polestar
+    from polestar.train.data import TaskBatcher
+    from polestar.train.trainer import sft_loss
+
+    tok = PreTrainedTokenizerFast.from_pretrained(polestar.DEFAULT_MODEL)
+    batch = TaskBatcher(tok, 0, seed=3, token_budget=2048, response_lengths=(256,),
+                        task_names=("arith-drill",)).batch(0)
+    row = batch.ids[0][batch.focus[0]]
+    ex_digits = "".join(tok.decode(row))
+    assert ex_digits.isdigit() and len(ex_digits) == 3 * 3 * tok.decode(batch.ids[0]).count(":")  # 3 per column
+    assert TaskBatcher(tok, 0, 3, 2048, (256,), ("arith",)).batch(0).focus is None
+
+    class Recorder(torch.nn.Module):
+        def forward(self, noisy):
+            self.noisy = noisy
+            self.logits = torch.zeros(*noisy.shape, len(tok), requires_grad=True)
+            return self.logits
+
+    focus = batch.focus.clone()
+    focus[-1] = False  # a row with nothing marked
+    model = Recorder()
+    sft_loss(model, batch.ids, batch.response, 2, 0.001, torch.Generator().manual_seed(0), eos_id=0,
+             focus=focus, focus_rows=1.0).backward()
+    masked = model.noisy == 2
+    scored = model.logits.grad.abs().sum(-1) > 0
+    assert not (masked[:-1] & ~focus[:-1]).any()  # nothing but focus tokens is masked in a focus row
+    assert torch.equal(scored[:-1], masked[:-1])
+    assert masked[:-1].any(1).float().mean() > 0.8  # ratios t ~ U(0, 1) over ~45 focus tokens: nearly every row
+    assert (masked[-1] & ~focus[-1]).any()  # uniform masking where no focus is marked

@@ -20,9 +20,9 @@ TASKS = {"arith": arith, "lists": lists,
          "lists-copy-words": SimpleNamespace(candidate=lists.candidate_copy_words, score=lists.score),
          # training drill: the sums, differences, products and quotients `arith` asks for, as bare equations,
          # scored like `lists` (exact match of the whitespace-separated items)
-         "arith-drill": SimpleNamespace(candidate=arith.candidate_drill, score=lists.score)}
+         "arith-drill": SimpleNamespace(candidate=arith.candidate_drill, score=lists.score, computed=arith.column_digits)}
 
-__all__ = ["TASKS", "Example", "make", "score", "split_of"]
+__all__ = ["TASKS", "Example", "computed", "make", "score", "split_of"]
 
 
 def _task(name: str):
@@ -39,6 +39,12 @@ def make(name: str, n: int, seed: int = 0, split: str = "test") -> list[Example]
     if n < 0:
         raise ConfigError(f"n must be ≥ 0, got {n}")
     return draw(task.candidate, n, seed, split)
+
+
+def computed(name: str, answer: str) -> list[int] | None:
+    """Character offsets of what `answer` computes (the training focus), for tasks that define it; else None."""
+    fn = getattr(_task(name), "computed", None)
+    return None if fn is None else fn(answer)
 
 
 def score(name: str, example: Example, completion: str) -> bool:

@@ -174,6 +174,16 @@ def candidate_drill(rng: random.Random) -> Example:
     return Example(task="arith-drill", prompt=", ".join(lefts), answer=answer, target=answer)
 
 
+_COLUMN = re.compile(r"\d[-+*]\d[-+](\d)=(\d)(\d)")
+
+
+def column_digits(answer: str) -> list[int]:
+    """Character offsets of the digits a worked answer computes rather than copies: every column's carry-in,
+    carry-out and written digit. The trainer's focus rows mask exactly these (and nothing else), so the model
+    must work each column out from its visible operand digits (polestar/train/trainer.py:sft_loss)."""
+    return [m.start(g) for m in _COLUMN.finditer(answer) for g in (1, 2, 3)]
+
+
 _FINAL = re.compile(r"####\s*(-?\d+)")
 
 

@@ -24,6 +24,7 @@ from polestar.api import chat_prompt_ids
 class Batch:
     ids: torch.Tensor  # [batch, length] token ids
     response: torch.Tensor  # [batch, length] bool: positions after the prompt (maskable, scored)
+    focus: torch.Tensor | None = None  # [batch, length] bool: the answer tokens the task computes (tasks.computed)
 
 
 class TaskBatcher:
@@ -53,13 +54,22 @@ class TaskBatcher:
             prompts.append(p)
             longest = max(longest, len(p))
         n = len(examples)
-        answers = self.tokenizer([ex.answer for ex in examples], add_special_tokens=False).input_ids
+        encoded = self.tokenizer([ex.answer for ex in examples], add_special_tokens=False,
+                                 return_offsets_mapping=True)
+        answers = encoded.input_ids
+        spans = [tasks.computed(task, ex.answer) for ex in examples]
         total = max(len(p) for p in prompts) + resp_len
         ids = torch.full((n, total), self.eos_id, dtype=torch.long)
         response = torch.zeros((n, total), dtype=torch.bool)
+        focus = None if spans[0] is None else torch.zeros((n, total), dtype=torch.bool)
         for row, (p, a) in enumerate(zip(prompts, answers)):
             a = a[: total - len(p) - 1]  # keep at least one EOS
             ids[row, : len(p)] = torch.tensor(p)
             ids[row, len(p) : len(p) + len(a)] = torch.tensor(a, dtype=torch.long)
             response[row, len(p) :] = True
-        return Batch(ids=ids, response=response)
+            if focus is not None:  # tokens whose text is exactly one computed character (digits are tokens)
+                chars = set(spans[row])
+                offsets = encoded.offset_mapping[row][: len(a)]
+                hits = [len(p) + j for j, (lo, hi) in enumerate(offsets) if hi - lo == 1 and lo in chars]
+                focus[row, hits] = True
+        return Batch(ids=ids, response=response, focus=focus)

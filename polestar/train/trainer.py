@@ -61,6 +61,10 @@ class TrainConfig:
                                                             "of whole blocks, one block masked with ratio t, the "
                                                             "rest all masked; only that block is scored"})
     block_length: int = field(default=32, metadata={"help": "block size of the block-causal rows"})
+    focus_rows: float = field(default=0.0, metadata={"help": "fraction of the rows of tasks that mark what they "
+                                                            "compute (arith-drill's columns) masked only there, each "
+                                                            "such token with the row's ratio t: the one-digit facts "
+                                                            "with nothing to copy"})
     seed: int = field(default=0, metadata={"help": "seed of init and data"})
     tokenizer_corpus: int = field(default=20000, metadata={"help": "examples per task to train the tokenizer on"})
     split_digits: bool = field(default=False, metadata={"help": "one token per digit (else BPE merges numbers)"})
@@ -85,6 +89,8 @@ class TrainConfig:
         unknown = [t for t in self.tasks if t not in tasks.TASKS]
         if not self.tasks or unknown:
             raise ConfigError(f"tasks must name tasks from {', '.join(tasks.TASKS)}, got {list(self.tasks)}")
+        if not 0 <= self.focus_rows <= 1:
+            raise ConfigError(f"focus_rows must be in [0, 1], got {self.focus_rows}")
         if not 0 <= self.block_rows <= 1 or self.block_length < 1:
             raise ConfigError(f"block_rows must be in [0, 1] and block_length ≥ 1, got {self.block_rows}, "
                               f"{self.block_length}")
@@ -125,7 +131,7 @@ def _lr(cfg: TrainConfig, step: int) -> float:
 
 def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask_id: int, eps: float,
              generator: torch.Generator, block_rows: float = 0.0, block_length: int = 32,
-             eos_id: int | None = None) -> torch.Tensor:
+             eos_id: int | None = None, focus: torch.Tensor | None = None, focus_rows: float = 0.0) -> torch.Tensor:
     """LLaDA's SFT loss for one batch: ids [b, L], response [b, L] bool. The mask ratios are stratified over the
     batch (row i gets t from the i-th of b equal slices of U(ε, 1), one shared offset, rows shuffled): each t is
     still U(ε, 1), but the batch covers the range evenly, which lowers the variance of the 1/t-weighted loss.
@@ -136,7 +142,13 @@ def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask
     masked, and the loss scores block j only (× 1/t, normalised by the block). j is uniform over the blocks that
     hold answer content (non-`eos_id`) and the block where the EOS tail starts. Uniform masking leaves later
     lines visible, and a worked solution repeats each result there ("so 396", then "396 + 78"): the model can
-    copy a result from the future instead of computing it, which decoding from a blank block never allows."""
+    copy a result from the future instead of computing it, which decoding from a blank block never allows.
+
+    With `focus` [b, L] (the tokens a task computes, `tasks.computed`) and `focus_rows` > 0, that fraction of the
+    rows masks only focus tokens, each with the row's ratio t, and scores them (× 1/t, normalised by the row's
+    focus count): every other token stays visible. Under uniform masking a computed digit is scored mostly when
+    its operands are masked too or a copy of it is visible; a focus row asks for exactly the computation. (A
+    probe of weights trained 3,700 steps without focus rows: 11–15 % of the units digits right, chance 10 %.)"""
     b = ids.shape[0]
     offset = torch.rand(1, generator=generator)
     t = eps + (1 - eps) * (torch.randperm(b, generator=generator).unsqueeze(1) + offset) / b
@@ -156,6 +168,12 @@ def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask
         masked = torch.where(causal, (in_block & (draws < t)) | after, masked)
         scored = torch.where(causal, in_block & masked, masked)
         weights = torch.where(causal, (1.0 / t) / in_block.sum(1, keepdim=True).clamp(min=1), weights)
+    if focus is not None and focus_rows > 0:
+        focus = focus.cpu()
+        on = (torch.rand(b, generator=generator) < focus_rows).unsqueeze(1) & focus.any(1, keepdim=True)
+        masked = torch.where(on, focus & (draws < t), masked)
+        scored = torch.where(on, masked, scored)
+        weights = torch.where(on, (1.0 / t) / focus.sum(1, keepdim=True).clamp(min=1), weights)
     masked, scored = masked.to(ids.device), scored.to(ids.device)
     noisy = ids.masked_fill(masked, mask_id)
     logits = model(noisy)
@@ -218,7 +236,7 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
             group["lr"] = _lr(cfg, step)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.autocast):
             loss = sft_loss(model, ids, response, special["mask"], cfg.mask_eps, g, cfg.block_rows,
-                            cfg.block_length, special["eos"])
+                            cfg.block_length, special["eos"], batch.focus, cfg.focus_rows)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
