@@ -147,3 +147,27 @@ def test_bad_arguments():
         tasks.make("poems", 1)
     with pytest.raises(ConfigError, match="unknown split"):
         tasks.make("arith", 1, split="dev")
+
+
+def test_worked_digits_hide_every_result_and_its_copies():
+    """Masking `tasks.computed('arith', answer)` leaves no digit of any result visible (after `so`, `####`, the
+    next line's left operand and its column digits) and hides every column's carries and written digit, while
+    the story's numbers that the first line copies stay visible. The drill marks its columns' three digits."""
+    for ex in tasks.make("arith", 50, seed=2):
+        hidden = set(tasks.computed("arith", ex.answer))
+        shown = "".join("_" if i in hidden else c for i, c in enumerate(ex.answer))
+        lines = shown.split("\n")
+        assert lines[-1] == "#### " + "_" * len(ex.target)
+        first = ex.answer.split("\n")[0]
+        x, b = re.search(r"(\d+) [-+*] (\d+):", first).groups()
+        assert f"{x} " in lines[0] and f" {b}:" in lines[0]  # the first line's operands stay visible
+        for line in lines:
+            assert line.endswith("so ___") or line.startswith("####")
+            for chunk in re.findall(r"\S[-+*]\S[-+]\S=\S\S", line):
+                assert chunk[4] == chunk[6] == chunk[7] == "_"  # carry-in, carry-out and digit
+        for line in lines[1:-1]:
+            assert re.search(r"\. ___ [-+*] \d+: ", line)  # the previous result's copy is hidden
+            assert all(chunk[0] == "_" for chunk in re.findall(r"\S[-+*]\S[-+]\S=\S\S", line))
+    drill = tasks.make("arith-drill", 5, seed=2, split="train")[0].answer
+    assert len(tasks.computed("arith-drill", drill)) == 3 * 3 * drill.count(":")
+    assert tasks.computed("lists", "1 2 3") is None

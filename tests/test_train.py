@@ -225,7 +225,7 @@ def test_focus_rows_mask_and_score_only_the_computed_digits():
     row = batch.ids[0][batch.focus[0]]
     ex_digits = "".join(tok.decode(row))
     assert ex_digits.isdigit() and len(ex_digits) == 3 * 3 * tok.decode(batch.ids[0]).count(":")  # 3 per column
-    assert TaskBatcher(tok, 0, 3, 2048, (256,), ("arith",)).batch(0).focus is None
+    assert TaskBatcher(tok, 0, 3, 2048, (256,), ("lists",)).batch(0).focus is None
 
     class Recorder(torch.nn.Module):
         def forward(self, noisy):

@@ -20,7 +20,7 @@ TASKS = {"arith": arith, "lists": lists,
          "lists-copy-words": SimpleNamespace(candidate=lists.candidate_copy_words, score=lists.score),
          # training drill: the sums, differences, products and quotients `arith` asks for, as bare equations,
          # scored like `lists` (exact match of the whitespace-separated items)
-         "arith-drill": SimpleNamespace(candidate=arith.candidate_drill, score=lists.score, computed=arith.column_digits)}
+         "arith-drill": SimpleNamespace(candidate=arith.candidate_drill, score=lists.score)}
 
 __all__ = ["TASKS", "Example", "computed", "make", "score", "split_of"]
 
@@ -41,9 +41,13 @@ def make(name: str, n: int, seed: int = 0, split: str = "test") -> list[Example]
     return draw(task.candidate, n, seed, split)
 
 
+COMPUTED = {"arith": arith.worked_digits, "arith-drill": arith.column_digits}
+
+
 def computed(name: str, answer: str) -> list[int] | None:
     """Character offsets of what `answer` computes (the training focus), for tasks that define it; else None."""
-    fn = getattr(_task(name), "computed", None)
+    _task(name)
+    fn = COMPUTED.get(name)
     return None if fn is None else fn(answer)
 
 

@@ -184,6 +184,21 @@ def column_digits(answer: str) -> list[int]:
     return [m.start(g) for m in _COLUMN.finditer(answer) for g in (1, 2, 3)]
 
 
+_RESULT_COPIES = re.compile(r"(?:so |#### |\n(?:[A-Z][^.\n]*\. )?)(\d+)")
+
+
+def worked_digits(answer: str) -> list[int]:
+    """Character offsets of what a word problem's worked answer computes or carries forward: every column's
+    digits (`column_digits`), the result after `so`, its copies in the next line (the equation's left operand
+    and each column's first digit), and the final `#### N`. Focus rows mask each of these with the row's ratio,
+    so a visible copy of a result stands in for computing it only as often as a copy survives (the first line's
+    operands copy the story and stay visible)."""
+    copies = [m.start(1) + i for m in _RESULT_COPIES.finditer(answer) for i in range(len(m.group(1)))]
+    later = answer.find("\n")
+    operands = [m.start() for m in _COLUMN.finditer(answer) if later != -1 and m.start() > later]
+    return sorted(set(column_digits(answer)) | set(copies) | set(operands))
+
+
 _FINAL = re.compile(r"####\s*(-?\d+)")
 
 
