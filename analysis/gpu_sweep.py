@@ -23,10 +23,13 @@ import tarfile
 import time
 from pathlib import Path
 
-# the v2 workload (long worked solutions, one token per digit): word problems twice as often as the list task
-# and the equation drill, one task per batch; 512 in the mix so generation 512 keeps EOS tails
-COMMON = ["--n-layers", "8", "--split-digits", "--vocab-size", "1024", "--tasks", "arith", "arith-drill", "arith",
-          "lists", "--response-lengths", "256", "256", "256", "256", "512", "--warmup", "300", "--min-lr-ratio", "0.05",
+# the v3 workload (fixed-width worked solutions, one token per digit): word problems and lists twice as often as
+# the equation drill, one task per batch; 512 in the mix so generation 512 keeps EOS tails; half the rows of the
+# tasks that mark what they compute are focus rows (the one-digit facts with nothing to copy), half of the
+# others block-causal (the shipped model's last phase, assets model card)
+COMMON = ["--n-layers", "8", "--split-digits", "--vocab-size", "1024", "--tasks", "arith-drill", "arith", "lists",
+          "arith", "lists", "--response-lengths", "256", "256", "256", "256", "256", "256", "256", "512",
+          "--focus-rows", "0.5", "--block-rows", "0.5", "--warmup", "300", "--min-lr-ratio", "0.05",
           "--log-every", "100", "--ckpt-every", "250", "--token-budget", "65536"]
 # the shipped model already has the digit tokenizer: its continuations keep it (no --new-tokenizer)
 CANDIDATES = {
