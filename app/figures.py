@@ -54,9 +54,12 @@ def token_canvas(rec: RunRecord, t: int | None = None) -> go.Figure:
     rows = rec.gen_length // b
     z = reasons.reshape(rows, b).astype(np.float32)
     text = np.array([_display(rec, int(tok)) if r else "·" for tok, r in zip(canvas, reasons)]).reshape(rows, b)
+    # the probe's drift at this step, last layer (KL of the position's attention against the previous step)
+    drift = rec.drift[t - 1][-1] if rec.drift and 0 < t <= len(rec.drift) else None
     hover = np.array([
         f"pos {i}<br>{REASONS[r]}<br>token {_display(rec, int(tok))!r}"
         + (f"<br>conf {conf[i]:.3f}<br>step {steps[i]}" if r else "")
+        + (f"<br>drift {drift[i]:.3g} (last layer, this step)" if drift is not None and i < len(drift) else "")
         for i, (tok, r) in enumerate(zip(canvas, reasons))
     ]).reshape(rows, b)
     n = len(REASONS)

@@ -1,6 +1,6 @@
-"""`arith`: GSM8K-style word problems of 3–6 operations with a long, teachable worked solution ending `#### N`.
+"""`arith`: GSM8K-style word problems of 3–5 operations with a long, teachable worked solution ending `#### N`.
 
-A story starts with someone owning some objects; 3–6 events then add, remove or multiply them. The worked
+A story starts with someone owning some objects; 3–5 events then add, remove or multiply them. The worked
 solution has one line per event: it restates the event in words, writes the equation and does the arithmetic
 as a column scratchpad from the units digit up, then writes the result:
 
