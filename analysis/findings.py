@@ -51,7 +51,7 @@ def _cmd(name: str, s: dict) -> str:
 
 def fig3(d: dict) -> str:
     s = d["settings"]
-    checks = [(f"staleness rises with drift since the entry (Spearman {d['spearman_staleness_drift']:.2f} ≥ 0.5)",
+    checks = [(f"staleness rises with drift since the entry (Spearman {d['spearman_staleness_drift']:.3f} ≥ 0.5)",
                d["spearman_staleness_drift"] >= 0.5),
               (f"staleness falls clearly with distance to the block (Spearman "
                f"{d['spearman_staleness_distance']:.2f} ≤ −0.2)", d["spearman_staleness_distance"] <= -0.2),
