@@ -32,7 +32,7 @@ CONTROLS = SWITCHES + SLIDERS
 # reference forward is excluded from NFE and TPS)
 RUN_DEFAULTS = {"measure_staleness": True}
 FIELDS = {f.name: f for f in dataclasses.fields(DecodeConfig)}
-REPLAY_FRAMES, REPLAY_FRAME_S = 24, 0.08  # a cached run plays back in about two seconds
+REPLAY_FRAMES, REPLAY_FRAME_S = 12, 0.05  # a cached run plays back in about two seconds (each frame draws 5 plots)
 EXPLAIN = {
     "canvas": "Each cell is a generated position, one row per block. Grey cells are still masked. A cell's colour "
               "says why it was committed: **threshold** (confidence ≥ τ_s), **forced** (the most confident token, "
@@ -239,8 +239,10 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
             raise gr.Error(f"The cached run is damaged ({exc}); re-record with `python -m app.replays`.") from None
         records[request.session_hash] = rec
         n = rec.n_steps
-        stride = max(1, n // REPLAY_FRAMES)
-        for t in [*range(1, n, stride), n]:  # played back from the trace: no model, no decoding
+        # at most REPLAY_FRAMES frames, evenly spaced, the last one the finished run
+        count = min(n, REPLAY_FRAMES)
+        frames = sorted({1 + round(i * (n - 1) / max(1, count - 1)) for i in range(count)})
+        for t in frames:  # played back from the trace: no model, no decoding
             slider = gr.Slider(minimum=0, maximum=max(n, 1), value=t, step=1)
             metrics = rec.metrics if t == n else {"steps": t}
             status = f"replay of {replay_label(chosen)}" + ("" if t == n else f": step {t}/{n}")
