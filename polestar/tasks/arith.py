@@ -174,14 +174,14 @@ def candidate_drill(rng: random.Random) -> Example:
     return Example(task="arith-drill", prompt=", ".join(lefts), answer=answer, target=answer)
 
 
-_COLUMN = re.compile(r"\d[-+*]\d[-+](\d)=(\d)(\d)")
+COLUMN = re.compile(r"\d[-+*]\d[-+](\d)=(\d)(\d)")
 
 
 def column_digits(answer: str) -> list[int]:
     """Character offsets of the digits a worked answer computes rather than copies: every column's carry-in,
     carry-out and written digit. The trainer's focus rows mask exactly these (and nothing else), so the model
     must work each column out from its visible operand digits (polestar/train/trainer.py:sft_loss)."""
-    return [m.start(g) for m in _COLUMN.finditer(answer) for g in (1, 2, 3)]
+    return [m.start(g) for m in COLUMN.finditer(answer) for g in (1, 2, 3)]
 
 
 _RESULT_COPIES = re.compile(r"(?:so |#### |\n(?:[A-Z][^.\n]*\. )?)(\d+)")
@@ -195,7 +195,7 @@ def worked_digits(answer: str) -> list[int]:
     operands copy the story and stay visible)."""
     copies = [m.start(1) + i for m in _RESULT_COPIES.finditer(answer) for i in range(len(m.group(1)))]
     later = answer.find("\n")
-    operands = [m.start() for m in _COLUMN.finditer(answer) if later != -1 and m.start() > later]
+    operands = [m.start() for m in COLUMN.finditer(answer) if later != -1 and m.start() > later]
     return sorted(set(column_digits(answer)) | set(copies) | set(operands))
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import time
 from collections import defaultdict
@@ -23,6 +22,7 @@ import torch  # noqa: E402
 from polestar import tasks
 from polestar.api import chat_prompt_ids
 from polestar.reference import generate
+from polestar.tasks.arith import COLUMN
 
 
 def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length: int,
@@ -79,9 +79,6 @@ def fill_accuracy(model, task: str, n: int, seed: int, ratio: float, gen_length:
             "all_masked_right": round(whole / n, 4)}
 
 
-_COLUMN = re.compile(r"\d[-+*]\d[-+](\d)=(\d)(\d)")
-
-
 @torch.no_grad()
 def column_accuracy(model, n: int, seed: int) -> dict:
     """Teacher-forced probe of the one-digit facts, with nothing to copy: on `arith-drill` answers (no written
@@ -95,7 +92,7 @@ def column_accuracy(model, n: int, seed: int) -> dict:
         prompt = chat_prompt_ids(tok, ex.prompt)
         enc = tok(ex.answer, add_special_tokens=False, return_offsets_mapping=True)
         kind_at: dict[int, str] = {}  # character offset -> what is hidden there
-        for m in _COLUMN.finditer(ex.answer):
+        for m in COLUMN.finditer(ex.answer):
             column = ex.answer.count("=", ex.answer.rfind(":", 0, m.start()), m.start())
             kind_at.update({m.start(1): "carry_in", m.start(2): "carry_out", m.start(3): f"digit_col{column}"})
         hidden = [(j, kind_at[a]) for j, (a, b) in enumerate(enc.offset_mapping) if b - a == 1 and a in kind_at]
