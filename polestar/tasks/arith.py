@@ -174,7 +174,7 @@ def candidate_drill(rng: random.Random) -> Example:
     return Example(task="arith-drill", prompt=", ".join(lefts), answer=answer, target=answer)
 
 
-COLUMN = re.compile(r"\d[-+*]\d[-+](\d)=(\d)(\d)")
+COLUMN = re.compile(r"\d[-+*]\d[-+](\d)=(\d)(\d)")  # one column chunk; groups: carry-in, carry-out, digit
 
 
 def column_digits(answer: str) -> list[int]:
