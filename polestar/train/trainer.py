@@ -62,7 +62,8 @@ class TrainConfig:
                                                             "rest all masked; only that block is scored"})
     block_length: int = field(default=32, metadata={"help": "block size of the block-causal rows"})
     focus_rows: float = field(default=0.0, metadata={"help": "fraction of the rows of tasks that mark what they "
-                                                            "compute (arith-drill's columns) masked only there, each "
+                                                            "compute (tasks.computed: drill columns; word-problem "
+                                                            "columns and results) masked only there, each "
                                                             "such token with the row's ratio t: the one-digit facts "
                                                             "with nothing to copy"})
     seed: int = field(default=0, metadata={"help": "seed of init and data"})
@@ -147,8 +148,9 @@ def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask
     With `focus` [b, L] (the tokens a task computes, `tasks.computed`) and `focus_rows` > 0, that fraction of the
     rows masks only focus tokens, each with the row's ratio t, and scores them (× 1/t, normalised by the row's
     focus count): every other token stays visible. Under uniform masking a computed digit is scored mostly when
-    its operands are masked too or a copy of it is visible; a focus row asks for exactly the computation. (A
-    probe of weights trained 3,700 steps without focus rows: 11–15 % of the units digits right, chance 10 %.)"""
+    its operands are masked too or a copy of it is visible; a focus row asks for exactly the computation. (The
+    `--columns` probe of weights trained ~4,000 steps without focus rows: 11–15 % of units digits right, chance
+    10 %; the model card has the curve with them.)"""
     b = ids.shape[0]
     offset = torch.rand(1, generator=generator)
     t = eps + (1 - eps) * (torch.randperm(b, generator=generator).unsqueeze(1) + offset) / b
