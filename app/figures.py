@@ -29,23 +29,36 @@ def layer_colours(n: int) -> list[str]:
 
 
 GRID = "#ebebeb"
+AXIS_TITLE_SPACE = 70  # px under a plot's area taken by its tick labels and x-axis title
+LEGEND_SPACE = 145  # bottom margin of a figure with a legend: the axis title plus three legend rows
 
 
 def style(fig: go.Figure, title: str, height: int, key: str, legend: bool = False) -> go.Figure:
     """Shared look. A light style set by hand on the empty "none" template: a named template such as
     plotly_white is deep-copied into every figure (about 10 ms and 6 KB per figure per streamed frame)."""
-    fig.update_layout(title=title, height=height, margin=dict(l=50, r=20, t=40, b=90 if legend else 40),
+    bottom = LEGEND_SPACE if legend else 40
+    fig.update_layout(title=title, height=height, margin=dict(l=50, r=20, t=40, b=bottom),
                       uirevision=key, showlegend=legend,
                       template="none", plot_bgcolor="white", paper_bgcolor="white",
                       font=dict(family="Inter, Helvetica, Arial, sans-serif", size=12, color="#2a3f5f"),
-                      legend=dict(orientation="h", yanchor="top", y=-0.22))  # below the x-axis title
+                      # below the tick labels and the x-axis title: y is a fraction of the plot area's height
+                      legend=dict(orientation="h", yanchor="top", y=-AXIS_TITLE_SPACE / (height - 40 - bottom)))
     fig.update_xaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
     fig.update_yaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
     return fig
 
 
-def token_canvas(rec: RunRecord, t: int | None = None) -> go.Figure:
-    """Generated positions as a block × offset grid coloured by state and commit reason."""
+SELECTED = "#000000"  # the chosen position's outline and guide lines in every view
+
+
+def _chosen(rec: RunRecord, selected: int | None) -> int | None:
+    """`selected` if it names a generated position of `rec`, else None (the views then mark nothing)."""
+    return selected if selected is not None and 0 <= selected < rec.gen_length else None
+
+
+def token_canvas(rec: RunRecord, t: int | None = None, selected: int | None = None) -> go.Figure:
+    """Generated positions as a block × offset grid coloured by state and commit reason; the selected position
+    outlined."""
     b = rec.config.block_length
     t = rec.n_steps if t is None else t
     reasons = rec.reason_grid(t)
@@ -71,13 +84,18 @@ def token_canvas(rec: RunRecord, t: int | None = None) -> go.Figure:
     ))
     fig.update_yaxes(autorange="reversed", title="block", tickvals=list(range(rows)))
     fig.update_xaxes(title="offset in block")
+    if (p := _chosen(rec, selected)) is not None:
+        row, col = divmod(p, b)
+        fig.add_shape(type="rect", x0=col - 0.5, x1=col + 0.5, y0=row - 0.5, y1=row + 0.5,
+                      line=dict(color=SELECTED, width=3))
     # at least 280 px: the colour bar names seven reasons, which a short canvas (few blocks) would squeeze together
     return style(fig, f"Token canvas — step {t}/{rec.n_steps}", max(280, 120 + 26 * rows), "canvas")
 
 
-def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None) -> go.Figure:
+def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None, selected: int | None = None) -> go.Figure:
     """Attention drift KL(A(t) ‖ A(t−1)) per generated position × step at one layer (paper Fig 4); commits
-    marked. Beside it, Polestar's per-cluster drift at that layer when the run has it."""
+    marked, the selected position's row outlined. Beside it, Polestar's per-cluster drift at that layer when the
+    run has it."""
     t = rec.n_steps if t is None else t
     clusters = _cluster_drift(rec, layer, t)
     fig = make_subplots(rows=1, cols=2 if clusters is not None else 1, column_widths=[0.62, 0.38]
@@ -93,6 +111,10 @@ def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None) -> go.Figure
         done = (steps > 0) & (steps <= t)
         fig.add_trace(go.Scatter(x=steps[done], y=np.nonzero(done)[0], mode="markers", name="commit",
                                  marker=dict(symbol="x", size=5, color="white", line=dict(width=1))), 1, 1)
+        if (p := _chosen(rec, selected)) is not None:
+            # white, dashed: black would vanish on Viridis' dark end
+            fig.add_shape(type="rect", x0=0.5, x1=t + 0.5, y0=p - 0.5, y1=p + 0.5,
+                          line=dict(color="white", width=2, dash="dash"), row=1, col=1)
     if clusters is not None:
         fig.add_trace(go.Heatmap(z=clusters, x=np.arange(1, clusters.shape[1] + 1), colorscale="Magma",
                                  colorbar=dict(title="KL", x=1.02, thickness=10),
@@ -116,9 +138,9 @@ def _cluster_drift(rec: RunRecord, layer: int, t: int) -> np.ndarray | None:
     return z
 
 
-def commit_timeline(rec: RunRecord, t: int | None = None) -> go.Figure:
+def commit_timeline(rec: RunRecord, t: int | None = None, selected: int | None = None) -> go.Figure:
     """One marker per commit (step × position) coloured by reason, each reason's count up to step t in its legend
-    entry; cumulative TPF over steps."""
+    entry; cumulative TPF over steps; the selected position's row as a dotted line, its commit ringed."""
     t = rec.n_steps if t is None else t
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     by_reason: dict[str, tuple[list, list]] = {}
@@ -135,14 +157,21 @@ def commit_timeline(rec: RunRecord, t: int | None = None) -> go.Figure:
                                  marker=dict(color=COLOURS[reason], size=6)), secondary_y=False)
     fig.add_trace(go.Scatter(x=np.arange(1, t + 1), y=np.array(tpf, dtype=np.float32), name="TPF (cumulative)",
                              line=dict(color="#333", width=1.5)), secondary_y=True)
+    if (p := _chosen(rec, selected)) is not None:
+        fig.add_hline(y=p, line=dict(color=SELECTED, width=1, dash="dot"), secondary_y=False)
+        step = rec.commit_info()[0][p]
+        if 0 < step <= t:
+            fig.add_trace(go.Scatter(x=[step], y=[p], mode="markers", name=f"pos {p}", marker=dict(
+                symbol="circle-open", size=14, color=SELECTED, line=dict(width=2))), secondary_y=False)
     fig.update_yaxes(title="generated position", autorange="reversed", secondary_y=False)
     fig.update_yaxes(title="TPF", secondary_y=True, rangemode="tozero")
     fig.update_xaxes(title="step (forward)")
     return style(fig, "Commit timeline", 380, "timeline", legend=True)
 
 
-def staleness_curves(rec: RunRecord, t: int | None = None) -> go.Figure:
-    """Mean KV staleness per layer over steps (docs/algorithm.md §5); empty when staleness was not measured."""
+def staleness_curves(rec: RunRecord, t: int | None = None, selected: int | None = None) -> go.Figure:
+    """Mean KV staleness per layer over steps (docs/algorithm.md §5); empty when staleness was not measured. The
+    selected position's commit step as a vertical line (staleness is a per-layer mean, not per position)."""
     t = rec.n_steps if t is None else t
     fig = go.Figure()
     series = [e.extra.get("staleness") for e in rec.events[:t]]
@@ -157,15 +186,22 @@ def staleness_curves(rec: RunRecord, t: int | None = None) -> go.Figure:
                            x=0.5, y=0.5, xref="paper", yref="paper")
     fig.update_yaxes(title="1 − ½(cos K + cos V)", rangemode="tozero")
     fig.update_xaxes(title="step")
-    return style(fig, "KV staleness against a full recompute", 320, "staleness", legend=True)
+    if (p := _chosen(rec, selected)) is not None and 0 < (step := rec.commit_info()[0][p]) <= t:
+        fig.add_vline(x=int(step), line=dict(color=SELECTED, width=1, dash="dot"),
+                      annotation=dict(text=f"pos {p} committed", font=dict(size=10)))
+    return style(fig, "KV staleness against a full recompute", 380, "staleness", legend=True)
 
 
-def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None) -> go.Figure:
-    """Last-layer value states of `positions` across steps in one PCA basis (Fig 3c): ◆ first drift trigger
-    (first step the position's last-layer drift is above the run's 90th percentile), ★ its commit step."""
+def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None,
+                     selected: int | None = None) -> go.Figure:
+    """Last-layer value states of `positions` (and the selected one, drawn bold) across steps in one PCA basis
+    (Fig 3c): ◆ first drift trigger (first step the position's last-layer drift is above the run's 90th
+    percentile), ★ its commit step."""
     t = rec.n_steps if t is None else t
     fig = go.Figure()
     kept = rec.values[0].shape[0] if rec.values else 0  # a loaded trace keeps the first VALUE_POSITIONS
+    chosen = _chosen(rec, selected)
+    positions = list(dict.fromkeys([*positions, *([chosen] if chosen is not None else [])]))
     positions = [p for p in positions if 0 <= p < min(rec.gen_length, kept)]
     if len(rec.values) >= 2 and positions:
         from sklearn.decomposition import PCA
@@ -177,8 +213,11 @@ def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None)
         trigger_level = np.percentile(last, 90)
         for j, p in enumerate(positions):
             xy = basis.transform(stack[:t, j]).astype(np.float32)
-            fig.add_trace(go.Scatter(x=xy[:, 0], y=xy[:, 1], mode="lines+markers", name=f"pos {p}",
-                                     marker=dict(size=4), line=dict(color=OKABE_ITO[j % len(OKABE_ITO)])))
+            bold = p == chosen
+            fig.add_trace(go.Scatter(x=xy[:, 0], y=xy[:, 1], mode="lines+markers",
+                                     name=f"pos {p}" + (" (selected)" if bold else ""), marker=dict(size=6 if bold
+                                     else 4), line=dict(color=SELECTED if bold else OKABE_ITO[j % 7],  # 7: black is the selection's
+                                                        width=4 if bold else 2)))
             above = np.nonzero(last[:t, p] > trigger_level)[0]
             if len(above):
                 fig.add_trace(go.Scatter(x=xy[above[:1], 0], y=xy[above[:1], 1], mode="markers", showlegend=False,

@@ -53,6 +53,28 @@ EXPLAIN = {
                  "is decoded against frozen entries; Compare puts two methods side by side.",
 }
 
+# Browser side of the linked views (gr.Plot sends no click events to Python): a click on a canvas cell writes its
+# position (the "pos N" of the cell's hover text) into the Selected position field, whose change redraws every
+# view with that position marked. Hooked on each new canvas plot element as Gradio creates it.
+SELECT_ON_CLICK = """() => {
+  const hook = () => {
+    const plot = document.querySelector('#token-canvas .js-plotly-plot');
+    if (!plot || plot.__polestarSelect || typeof plot.on !== 'function') return;
+    plot.__polestarSelect = true;
+    plot.on('plotly_click', (event) => {
+      const point = event.points && event.points[0];
+      const found = point && String(point.customdata).match(/pos (\\d+)/);
+      const field = document.querySelector('#selected-position textarea, #selected-position input');
+      if (!found || !field) return;
+      field.value = found[1];
+      field.dispatchEvent(new Event('input', {bubbles: true}));
+      field.dispatchEvent(new Event('change', {bubbles: true}));
+    });
+  };
+  new MutationObserver(hook).observe(document.body, {childList: true, subtree: true});
+  hook();
+}"""
+
 
 def _component(name: str, value: Any):
     f = FIELDS[name]
@@ -113,8 +135,9 @@ def restore_query(params: dict[str, str]) -> tuple[str | None, str, DecodeConfig
     return params.get("prompt"), method, _config(method, {**RUN_DEFAULTS, **values})
 
 
-def check_view(layer: Any, positions: Any) -> tuple[int, str]:
-    """The layer and positions fields of the views, or a PolestarError naming the field."""
+def check_view(layer: Any, positions: Any, selected: Any = None) -> tuple[int, str, int | None]:
+    """The layer, positions and selected-position fields of the views, or a PolestarError naming the field.
+    An empty selection is None (nothing highlighted)."""
     try:
         number = float(layer)
     except (TypeError, ValueError):
@@ -123,17 +146,30 @@ def check_view(layer: Any, positions: Any) -> tuple[int, str]:
         raise ConfigError(f"layer must be a number, got {layer!r}")
     if not isinstance(positions, str):
         raise ConfigError(f"positions must be text such as '0 1 2 3', got {positions!r}")
-    return max(0, int(number)), positions
+    if selected is None or (isinstance(selected, str) and not selected.strip()):
+        return max(0, int(number)), positions, None
+    try:
+        chosen = float(selected)
+    except (TypeError, ValueError):
+        raise ConfigError(f"selected position must be a whole number (or empty), got {selected!r}") from None
+    if not math.isfinite(chosen) or chosen != int(chosen) or chosen < 0:
+        raise ConfigError(f"selected position must be a whole number ≥ 0 (or empty), got {selected!r}")
+    return max(0, int(number)), positions, int(chosen)
 
 
-def _panels(rec: RunRecord | None, t: int | None, layer: int, positions: str):
+def _panels(rec: RunRecord | None, t: int | None, layer: int, positions: str, selected: int | None = None):
+    """The five views at step t; `selected` (a generated position) is marked in each of them."""
     if rec is None or not rec.events:
         empty = figures.go.Figure()
         return empty, empty, empty, empty, empty
+    if selected is not None and selected >= rec.gen_length:
+        raise gr.Error(f"selected position {selected} is outside this run's canvas: choose 0–{rec.gen_length - 1} "
+                       "or click a canvas cell")
     pos = [int(p) for p in positions.replace(",", " ").split() if p.strip().lstrip("-").isdigit()]
     layer = min(int(layer), len(rec.drift[0]) - 1) if rec.drift else 0
-    return (figures.token_canvas(rec, t), figures.drift_heatmap(rec, layer, t), figures.commit_timeline(rec, t),
-            figures.staleness_curves(rec, t), figures.pca_trajectories(rec, pos or [0, 1, 2, 3], t))
+    return (figures.token_canvas(rec, t, selected), figures.drift_heatmap(rec, layer, t, selected),
+            figures.commit_timeline(rec, t, selected), figures.staleness_curves(rec, t, selected),
+            figures.pca_trajectories(rec, pos or [0, 1, 2, 3], t, selected))
 
 
 def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: int) -> None:
@@ -143,13 +179,19 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
     stops: Sessions = Sessions()  # session hash -> its stop flag
     by_prompt = {ex.prompt: ex for ex in examples}
 
-    def run(prompt: str, method: str, probe: bool, layer: float, positions: str, *values: Any,
-            request: gr.Request = None):
+    def view(layer: Any, positions: Any, selected: Any) -> tuple[int, str, int | None]:
+        try:
+            return check_view(layer, positions, selected)
+        except PolestarError as exc:
+            raise gr.Error(str(exc)) from None
+
+    def run(prompt: str, method: str, probe: bool, layer: float, positions: str, selected: str,
+            *values: Any, request: gr.Request = None):
         session = request.session_hash if request is not None else "api"
         check_prompt(prompt)
         try:
             cfg = _config(method, dict(zip(CONTROLS, values)))
-            layer, positions = check_view(layer, positions)
+            shown = check_view(layer, positions, selected)
         except PolestarError as exc:
             raise gr.Error(str(exc)) from None
         stop = stops[session] = stops.get(session) or threading.Event()
@@ -165,22 +207,24 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
                 if rec.done:
                     status = f"stopped at step {rec.n_steps}" if rec.metrics.get("stopped") else "done"
                 slider = gr.Slider(minimum=0, maximum=max(rec.n_steps, 1), value=rec.n_steps, step=1)
-                yield (*_panels(rec, None, layer, positions), metrics, status, slider)
+                yield (*_panels(rec, None, *shown), metrics, status, slider)
         except PolestarError as exc:
             raise gr.Error(str(exc)) from None
 
-    def move(t: float, layer: float, positions: str, request: gr.Request):
+    def move(t: float, layer: float, positions: str, selected: str, request: gr.Request):
+        shown = view(layer, positions, selected)
         rec = records.get(request.session_hash)
         if rec is None or not rec.done:  # while a run streams, its own frames drive the panels
             return [gr.skip()] * 5
-        return _panels(rec, int(t), layer, positions)
+        return _panels(rec, int(t), *shown)
 
-    def step(t: float, layer: float, positions: str, request: gr.Request):
+    def step(t: float, layer: float, positions: str, selected: str, request: gr.Request):
+        shown = view(layer, positions, selected)
         rec = records.get(request.session_hash)
         if rec is None:
             raise gr.Error("Run a prompt first; Step then walks through its steps one at a time.")
         t = min(int(t) + 1, rec.n_steps)
-        return (*_panels(rec, t, layer, positions), gr.Slider(value=t))
+        return (*_panels(rec, t, *shown), gr.Slider(value=t))
 
     def stop_run(request: gr.Request):
         flag = stops.get(request.session_hash)
@@ -214,14 +258,15 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
     def export_report(request: gr.Request):
         return export(request, "html")
 
-    def load(file, layer: float, positions: str, request: gr.Request):
+    def load(file, layer: float, positions: str, selected: str, request: gr.Request):
+        shown = view(layer, positions, selected)
         try:
             rec = runio.load_parquet(file)
         except runio.RunFileError as exc:
             raise gr.Error(f"Cannot load this file: {exc}") from None
         records[request.session_hash] = rec
         slider = gr.Slider(minimum=0, maximum=max(rec.n_steps, 1), value=rec.n_steps, step=1)
-        return (*_panels(rec, None, layer, positions), rec.metrics, f"loaded {rec.label}", slider)
+        return (*_panels(rec, None, *shown), rec.metrics, f"loaded {rec.label}", slider)
 
     cached = replays.available()
     served = replays.model_fingerprint(host.path) if cached else ""
@@ -229,7 +274,8 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
     def replay_label(r: replays.Replay) -> str:
         return r.name if r.model_sha256 == served else f"{r.name} (recorded with another model)"
 
-    def replay(name: str, layer: float, positions: str, request: gr.Request):
+    def replay(name: str, layer: float, positions: str, selected: str, request: gr.Request):
+        shown = view(layer, positions, selected)
         chosen = next((r for r in cached if replay_label(r) == name), None)
         if chosen is None:
             raise gr.Error("Pick a cached run from the list first.")
@@ -246,7 +292,7 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
             slider = gr.Slider(minimum=0, maximum=max(n, 1), value=t, step=1)
             metrics = rec.metrics if t == n else {"steps": t}
             status = f"replay of {replay_label(chosen)}" + ("" if t == n else f": step {t}/{n}")
-            yield (*_panels(rec, t, layer, positions), metrics, status, slider, chosen.prompt)
+            yield (*_panels(rec, t, *shown), metrics, status, slider, chosen.prompt)
             if t < n:
                 time.sleep(REPLAY_FRAME_S)
 
@@ -317,7 +363,7 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
                     upload = gr.File(label="Load a trace (.parquet)", file_types=[".parquet"])
             with gr.Column(scale=2):
                 playhead = gr.Slider(0, 1, value=0, step=1, label="Playhead (step)")
-                canvas_plot = gr.Plot(label="Token canvas")
+                canvas_plot = gr.Plot(label="Token canvas", elem_id="token-canvas")
                 with gr.Accordion("What the canvas shows", open=False):
                     gr.Markdown(EXPLAIN["canvas"])
                 with gr.Row(equal_height=True):  # the four views side by side, two per row
@@ -327,7 +373,10 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
                         drift_plot = gr.Plot(label="Attention drift")
                         gr.Markdown(EXPLAIN["drift"])
                     with gr.Column():
-                        positions = gr.Textbox(value="0 1 2 3", label="Generated positions (PCA)")
+                        with gr.Row():
+                            positions = gr.Textbox(value="0 1 2 3", label="Generated positions (PCA)")
+                            selected = gr.Textbox(value="", elem_id="selected-position", max_lines=1,
+                                                  label="Selected position (click a canvas cell)")
                         pca_plot = gr.Plot(label="PCA trajectories")
                         gr.Markdown(EXPLAIN["pca"])
                 with gr.Row(equal_height=True):
@@ -339,25 +388,29 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
                         gr.Markdown(EXPLAIN["staleness"])
     panels = [canvas_plot, drift_plot, timeline_plot, staleness_plot, pca_plot]
     controls = [*switches, *sliders]
-    run_btn.click(on_gpu(named(run, ["prompt", "method", "probe", "layer", "positions", *CONTROLS])),
-                  [prompt, method, probe, layer, positions, *controls],
+    run_btn.click(on_gpu(named(run, ["prompt", "method", "probe", "layer", "positions", "selected", *CONTROLS])),
+                  [prompt, method, probe, layer, positions, selected, *controls],
                   [*panels, metrics, status, playhead], api_name="run", show_progress="hidden",
                   concurrency_limit=4, preprocess=False)  # raw values: _config names a bad field itself
     # no `cancels`: the flag stops the decode within one step and the run then yields its final frame
     stop_btn.click(stop_run, None, status, api_name="stop")
     reset_btn.click(reset, None, [*panels, metrics, status, playhead], api_name="reset")
-    step_btn.click(step, [playhead, layer, positions], [*panels, playhead], api_name="step")
-    playhead.change(move, [playhead, layer, positions], panels, api_name="playhead", show_progress="hidden")
-    layer.change(move, [playhead, layer, positions], panels, api_name=False)  # drags and typed numbers
-    positions.submit(move, [playhead, layer, positions], panels, api_name=False)
+    view_inputs = [playhead, layer, positions, selected]
+    step_btn.click(step, view_inputs, [*panels, playhead], api_name="step")
+    playhead.change(move, view_inputs, panels, api_name="playhead", show_progress="hidden")
+    layer.change(move, view_inputs, panels, api_name=False)  # drags and typed numbers
+    positions.submit(move, view_inputs, panels, api_name=False)
+    # a typed number, or a click on a canvas cell (SELECT_ON_CLICK writes the cell's position into the field)
+    selected.change(move, view_inputs, panels, api_name="select", show_progress="hidden")
     # `.input`: only a user's choice resets the controls; a deep link sets the method and its own values together
     method.input(preset_values, method, [*controls, status], api_name=False)
     export_trace.click(export_parquet, None, download, api_name=False)
     export_html.click(export_report, None, download, api_name=False)
-    replay_btn.click(replay, [replay_pick, layer, positions], [*panels, metrics, status, playhead, prompt],
+    replay_btn.click(replay, [replay_pick, layer, positions, selected], [*panels, metrics, status, playhead, prompt],
                      api_name="replay", show_progress="hidden")
-    upload.upload(load, [upload, layer, positions], [*panels, metrics, status, playhead], api_name=False)
+    upload.upload(load, [upload, layer, positions, selected], [*panels, metrics, status, playhead], api_name=False)
     demo.unload(forget)
     share_btn.click(named(share_link, ["prompt", "method", *CONTROLS]), [prompt, method, *controls], share_box,
                     api_name="share_link")
     demo.load(restore, None, [prompt, method, *controls], api_name=False)
+    demo.load(None, None, None, js=SELECT_ON_CLICK)

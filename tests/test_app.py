@@ -100,6 +100,10 @@ BAD_INPUTS = [  # (what is sent, a pattern the message must match)
     ({"layer": "abc"}, "layer must be a number"),
     ({"layer": "nan"}, "layer must be a number"),
     ({"positions": 7}, "positions must be text"),
+    ({"selected": "abc"}, "selected position must be a whole number"),
+    ({"selected": "2.5"}, "selected position must be a whole number ≥ 0"),
+    ({"selected": "-3"}, "selected position must be a whole number ≥ 0"),
+    ({"selected": "9999"}, "selected position 9999 is outside this run's canvas"),
 ]
 
 

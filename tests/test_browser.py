@@ -116,3 +116,38 @@ def test_a_deep_link_restores_the_method_and_a_setting(page):
     tau.wait_for(timeout=30_000)
     assert float(tau.input_value()) == 0.8, [(e.get_attribute("aria-label"), e.input_value())
                                              for e in page.locator("input[type=number]").all()]
+
+
+CELL_CENTRE = """([block, offset]) => {
+    const p = document.querySelector('#token-canvas .js-plotly-plot');
+    const box = p.getBoundingClientRect(), size = p._fullLayout._size;
+    return {x: box.x + size.l + p._fullLayout.xaxis.l2p(offset), y: box.y + size.t + p._fullLayout.yaxis.l2p(block)};
+}"""
+MARKS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(p => ({
+    title: (p.layout.title && (p.layout.title.text ?? p.layout.title)) || '',
+    shapes: (p.layout.shapes || []).length, names: (p.data || []).map(t => t.name || '')}))"""
+
+
+def test_a_click_on_a_canvas_cell_selects_that_position_in_every_view(page):
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.locator("text=/^step \\d+$/").first.wait_for(timeout=60_000)  # this run streams (not an earlier "done")
+    page.get_by_text("done", exact=True).wait_for(timeout=300_000)
+    block, offset = 0, 5  # committed in every finished run: the first block is decoded first
+    centre = page.evaluate(CELL_CENTRE, [block, offset])
+    page.mouse.click(centre["x"], centre["y"])
+    field = page.locator("#selected-position textarea, #selected-position input").first
+    page.wait_for_function("() => document.querySelector('#selected-position textarea, #selected-position input')"
+                           ".value === '5'", timeout=30_000)
+    assert field.input_value() == "5"
+    page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                           ".some(p => (p.data || []).some(t => t.name === 'pos 5 (selected)'))", timeout=30_000)
+    marks = {m["title"].split(" —")[0]: m for m in page.evaluate(MARKS)}
+    assert marks["Token canvas"]["shapes"] == 1, marks  # the cell's outline
+    assert marks["Attention drift"]["shapes"] == 1, marks  # its row
+    assert marks["Commit timeline"]["shapes"] == 1 and "pos 5" in marks["Commit timeline"]["names"], marks
+    assert marks["KV staleness against a full recompute"]["shapes"] == 1, marks  # its commit step
+    assert "pos 5 (selected)" in marks["Value-state trajectories (PCA, fixed basis)"]["names"], marks
+    field.fill("")  # clearing the field clears every mark
+    field.press("Enter")
+    page.wait_for_function("() => ![...document.querySelectorAll('.js-plotly-plot')]"
+                           ".some(p => (p.layout.shapes || []).length)", timeout=30_000)

@@ -56,6 +56,12 @@ def candidate_copy(rng: random.Random) -> Example:
     return candidate(rng, ("copy",))
 
 
+def candidate_sort(rng: random.Random) -> Example:
+    """The sort operation only: a training drill for the one operation that needs more than copying (the v3
+    weights' `lists` failures were mostly sorts: an item dropped or written twice)."""
+    return candidate(rng, ("sort",))
+
+
 def candidate_copy_words(rng: random.Random) -> Example:
     """Copy of word lists only (one token per item): the easiest curriculum step."""
     return candidate(rng, ("copy",), words_only=True)
