@@ -240,3 +240,44 @@ def _display(rec: RunRecord, token: int) -> str:
         return "∅"
     text = rec.vocab[token] if 0 <= token < len(rec.vocab) else str(token)
     return text.replace("Ġ", "␣").replace("Ċ", "⏎")
+
+
+def _per_step(rec: RunRecord, t: int, kind: str) -> np.ndarray:
+    """One number per step up to t: `staleness` (the mean over layers and cached rows, NaN where a step has none)
+    or `drift` (the last layer's mean attention drift over the still-masked positions of that step)."""
+    out = np.full(t, np.nan, dtype=np.float32)
+    for i in range(min(t, rec.n_steps)):
+        if kind == "staleness":
+            s = rec.events[i].extra.get("staleness")
+            out[i] = np.nan if s is None else float(np.mean(s))
+        elif i < len(rec.drift):
+            before = rec.canvases[i - 1] if i > 0 else np.full(rec.gen_length, rec.mask_id)
+            masked = before == rec.mask_id  # the positions this step could still commit
+            if masked.any():
+                out[i] = float(rec.drift[i][-1][masked].mean())
+    return out
+
+
+COMPARE_COLOURS = ("#0072B2", "#D55E00")  # A, B (Okabe–Ito blue and vermillion)
+
+
+def compare_overlay(a: RunRecord, b: RunRecord, t: int | None = None) -> go.Figure:
+    """Two runs on one step axis: their mean KV staleness (top) and the mean attention drift of the positions
+    still masked (bottom), each run up to step t (a run that finished earlier stops there), with the playhead."""
+    t = max(a.n_steps, b.n_steps) if t is None else t
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("KV staleness (mean over layers and cached rows)",
+                                        "attention drift of still-masked positions (last layer, mean KL)"))
+    for rec, colour, dash in zip((a, b), COMPARE_COLOURS, ("solid", "dash")):
+        shown = min(t, rec.n_steps)
+        for row, kind in ((1, "staleness"), (2, "drift")):
+            fig.add_trace(go.Scatter(x=np.arange(1, shown + 1), y=_per_step(rec, shown, kind), mode="lines",
+                                     name=f"{rec.label} ({rec.n_steps} steps)", legendgroup=rec.label,
+                                     showlegend=row == 1, line=dict(color=colour, dash=dash, width=2),
+                                     hovertemplate=f"{rec.label}<br>step %{{x}}<br>%{{y:.3g}}<extra></extra>"),
+                          row=row, col=1)
+    fig.add_vline(x=t, line=dict(color=SELECTED, width=1, dash="dot"))
+    fig.update_xaxes(title="step (forward)", range=[0.5, max(a.n_steps, b.n_steps) + 0.5], row=2, col=1)
+    fig.update_yaxes(title="1 − ½(cos K + cos V)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title="KL", rangemode="tozero", row=2, col=1)
+    return style(fig, f"Staleness and drift, A against B — step {t}", 520, "compare", legend=True)

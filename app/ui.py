@@ -25,6 +25,6 @@ def create_app(model_path: str | None = None, device: str | None = None) -> gr.B
                     "why, how attention drifts, how stale the cache gets. Pick a method, tweak it, press **Run**.")
         with gr.Tabs():
             build_run_tab(demo, host, examples, layer_count(host.path))
-            build_compare_tab(host, examples[0].prompt)
+            build_compare_tab(demo, host, examples[0].prompt)
             build_sweep_tab(host)
     return demo

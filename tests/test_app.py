@@ -129,10 +129,41 @@ def test_the_app_keeps_serving_after_bad_input(client):
     assert final["nfe"] >= 1
 
 
-def test_compare_reports_a_diff(client):
-    *_, summary = client.predict("Copy the list: 1 2 3", "fast-dllm", "polestar", 64, 0, api_name="/compare")
+def _figure(plot: dict) -> dict:
+    import json
+
+    return json.loads(plot["plot"])
+
+
+def _array(value):
+    """A trace's x or y: a JSON list, or plotly's typed-array form {dtype, bdata} (numpy arrays are sent so)."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(value, dict):
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"]).astype(float)
+    return np.asarray(value, dtype=float)
+
+
+def test_compare_reports_a_diff_and_overlays_both_runs_on_one_playhead(client):
+    import numpy as np
+
+    *_, overlay, _, summary, playhead = client.predict("Copy the list: 1 2 3", "fast-dllm", "polestar", 64, 0,
+                                                       api_name="/compare")
     assert summary["A"] == "A: fast-dllm" and summary["nfe_A"] >= 1 and summary["nfe_B"] >= 1
     assert summary["differing_tokens"] == len(summary["differing_positions"]) or summary["differing_tokens"] > 64
+    traces = _figure(overlay)["data"]  # staleness and drift of A and of B
+    assert [t["name"].split(" (")[0] for t in traces] == ["A: fast-dllm"] * 2 + ["B: polestar"] * 2
+    staleness = [_array(t["y"]) for t in traces[::2]]
+    ulps = 8 * np.finfo(np.float32).eps  # 1 − cos in float32 is exact to a few ulps of 1 (it can read −1e-10)
+    assert all(len(y) and np.isfinite(y).all() and (y >= -ulps).all() for y in staleness), staleness
+    assert playhead["maximum"] == max(summary["nfe_A"], summary["nfe_B"]) == playhead["value"]
+    canvas_a, canvas_b, moved = client.predict(1, api_name="/compare_playhead")
+    assert _figure(canvas_a)["layout"]["title"]["text"].startswith("Token canvas — step 1/")
+    assert _figure(canvas_b)["layout"]["title"]["text"].startswith("Token canvas — step 1/")
+    assert _figure(moved)["layout"]["title"]["text"].endswith("step 1")
+    assert all(len(_array(t["x"])) == 1 for t in _figure(moved)["data"])  # each run drawn up to the playhead
 
 
 def test_sweep_table(client):
