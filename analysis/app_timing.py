@@ -1,6 +1,7 @@
 """Measure the app against its targets: time from Run to the first streamed update and to the end for the
 default example, on an idle CPU and while a second process keeps one core busy (a pure-Python spin loop this
-script starts and stops itself), and the cost of a traced decode against an untraced one. Prints one JSON line.
+script starts and stops itself), and the cost of a traced decode against an untraced one. The app runs as
+`python app.py` in its own process and this script's client stands in for the browser. Prints one JSON line.
 
     python -m analysis.app_timing
 """
@@ -28,29 +29,51 @@ def _runs(client, prompt: str, repeats: int) -> tuple[float, float]:
     return statistics.median(firsts), statistics.median(ends)
 
 
+def _serve(port: int) -> subprocess.Popen:
+    """`python app.py` in its own process, as a user starts it (its thread settings, its own interpreter), once
+    it answers on `port`; the client here then stands in for the browser."""
+    import urllib.request
+
+    server = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
+            return server
+        except OSError:
+            if server.poll() is not None:
+                raise SystemExit(f"app.py exited with {server.returncode} before serving")
+            time.sleep(0.5)
+    server.kill()
+    raise SystemExit("app.py did not serve within 120 s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--port", type=int, default=7869)
     args = parser.parse_args()
     from gradio_client import Client
 
-    import app
     import polestar
     from app.examples import default_prompt
 
     prompt = default_prompt()
-    demo = app.create_app(polestar.DEFAULT_MODEL)
-    demo.queue().launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
-    client = Client(demo.local_url, verbose=False)
-    list(client.submit(prompt, api_name="/run"))  # warm-up (model load, imports)
-    idle = _runs(client, prompt, args.repeats)
-    load = subprocess.Popen([sys.executable, "-c", BUSY])
+    server = _serve(args.port)
     try:
-        busy = _runs(client, prompt, args.repeats)
+        client = Client(f"http://127.0.0.1:{args.port}/", verbose=False)
+        list(client.submit(prompt, api_name="/run"))  # warm-up (model load, imports)
+        idle = _runs(client, prompt, args.repeats)
+        load = subprocess.Popen([sys.executable, "-c", BUSY])
+        try:
+            busy = _runs(client, prompt, args.repeats)
+        finally:
+            load.kill()
+            load.wait()
     finally:
-        load.kill()
-        load.wait()
-    demo.close()
+        server.terminate()
+        server.wait()
     model = polestar.load_model(polestar.DEFAULT_MODEL)
     cost = {}
     for traced in (False, True, False, True, False, True):

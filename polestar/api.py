@@ -71,12 +71,14 @@ def generate(
     raw: bool = False,
     trace: bool = False,
     on_step: Callable[[StepEvent, torch.Tensor], bool | None] | None = None,
+    staleness_reference: Callable[[torch.Tensor], Any] | None = None,
     **overrides: Any,
 ) -> GenerationResult:
     """Decode `prompt` with a preset (`polestar.config.PRESETS`) or a `DecodeConfig`, fields overridden by
-    keyword (e.g. `gen_length=128, tau_s=0.8`)."""
+    keyword (e.g. `gen_length=128, tau_s=0.8`). `on_step` and `staleness_reference`: see `polestar.decode.decode`."""
     cfg = resolve(method, **overrides)
-    return result_of(model, encode_prompt(model, prompt, raw), cfg, trace=trace, on_step=on_step)
+    return result_of(model, encode_prompt(model, prompt, raw), cfg, trace=trace, on_step=on_step,
+                     staleness_reference=staleness_reference)
 
 
 def generate_batch(model, prompts: Sequence[str | list[int] | torch.Tensor], method: str | DecodeConfig = "fast-dllm",
@@ -88,9 +90,11 @@ def generate_batch(model, prompts: Sequence[str | list[int] | torch.Tensor], met
 
 
 def result_of(model, ids: torch.Tensor, cfg: DecodeConfig, trace: bool = False,
-              on_step: Callable[[StepEvent, torch.Tensor], bool | None] | None = None) -> GenerationResult:
+              on_step: Callable[[StepEvent, torch.Tensor], bool | None] | None = None,
+              staleness_reference: Callable[[torch.Tensor], Any] | None = None) -> GenerationResult:
     """Decode prompt ids [1, P] with `cfg` and describe the result: text, NFE, TPF, TPS, counters."""
-    return _described(model, decode(model, ids, cfg, trace=trace, on_step=on_step), cfg)
+    return _described(model, decode(model, ids, cfg, trace=trace, on_step=on_step,
+                                    staleness_reference=staleness_reference), cfg)
 
 
 def results_of(model, ids: Sequence[torch.Tensor], cfg: DecodeConfig) -> list[GenerationResult]:

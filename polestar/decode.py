@@ -38,6 +38,7 @@ from polestar.caches.base import Pass, StepView
 from polestar.config import DecodeConfig
 from polestar.errors import ConfigError
 from polestar.kinds import REFRESH_KINDS, CommitReason
+from polestar.models.cache import KVCache
 from polestar.policies.commit import (CommitContext, CommitPolicy, Selection, make_commit_policy,
                                       make_extra_target_policy)
 from polestar.policies.ranking import make_ranker
@@ -104,14 +105,18 @@ def decode(
     on_step: Callable[[StepEvent, torch.Tensor], bool | None] | None = None,
     cache_policy: CachePolicy | None = None,
     commit_policy: CommitPolicy | None = None,
+    staleness_reference: Callable[[torch.Tensor], KVCache | None] | None = None,
 ) -> DecodeResult:
     """Decode `prompt_ids` [1, P] with `cfg`. `on_step(event, canvas)` is called after every step when given
     (it implies tracing; its own time is excluded from the wall time); returning True stops the decode.
-    `cache_policy` and `commit_policy` replace the ones `cfg` names (a method under development, or a test's)."""
+    `cache_policy` and `commit_policy` replace the ones `cfg` names (a method under development, or a test's).
+    `staleness_reference(canvas)`: with `measure_staleness`, a cache a full forward over exactly this canvas has
+    filled, or None (an analysis probe that runs that forward anyway, `polestar.probe.AttentionProbe.reference`);
+    the staleness probe then skips its own forward."""
     if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1:
         raise ConfigError(f"prompt_ids must have shape [1, prompt_len] (batch 1), got {list(prompt_ids.shape)}: "
                           "decode several prompts with decode_batch")
-    return _decode(model, prompt_ids, None, cfg, trace, on_step, cache_policy, commit_policy)[0]
+    return _decode(model, prompt_ids, None, cfg, trace, on_step, cache_policy, commit_policy, staleness_reference)[0]
 
 
 def decode_batch(model, prompts: Sequence[torch.Tensor | Sequence[int]], cfg: DecodeConfig) -> list[DecodeResult]:
@@ -161,6 +166,7 @@ def _decode(
     on_step: Callable[[StepEvent, torch.Tensor], bool | None] | None = None,
     cache_policy: CachePolicy | None = None,
     commit_policy: CommitPolicy | None = None,
+    staleness_reference: Callable[[torch.Tensor], KVCache | None] | None = None,
 ) -> list[DecodeResult]:
     """The loop: `prompt_ids` [batch, P], left-padded by `pad` [batch] (None: no row is padded)."""
     batch, prompt_len = prompt_ids.shape
@@ -211,7 +217,8 @@ def _decode(
             staleness = None
             if cfg.measure_staleness and cache_policy.cache is not None:
                 t_measure = time.perf_counter()
-                staleness = kv_staleness(model, canvas, cache_policy.cache)
+                reference = staleness_reference(canvas) if staleness_reference is not None else None
+                staleness = kv_staleness(model, canvas, cache_policy.cache, reference)
                 excluded += time.perf_counter() - t_measure
             with profiling.section("propose + commit"):
                 tokens, confidence = propose(result.logits, cfg.temperature, generator, mask_id)

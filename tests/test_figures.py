@@ -69,3 +69,38 @@ def test_run_export_import_round_trip_and_bad_files(tmp_path):
     pd.DataFrame({"a": [1]}).to_parquet(tmp_path / "other.parquet")
     with pytest.raises(runio.RunFileError, match="not a Polestar Studio run"):
         runio.load_parquet(tmp_path / "other.parquet")
+
+
+def test_probe_drift_and_reused_staleness_reference_equal_their_definitions(tmp_path):
+    """The probe's cached-logarithm KL is kl_drift's number, and the staleness measured against the probe's own
+    forward (`staleness_reference`) equals the staleness probe's separate recompute, step by step."""
+    import torch
+
+    import polestar
+    from polestar.api import encode_prompt
+    from polestar.clustering import kl_drift
+    from polestar.probe import AttentionProbe
+
+    model = polestar.load_model(write_checkpoint(tmp_path / "m", "llada"), dtype=torch.float64)
+    ids = encode_prompt(model, "the cat sat")
+    probe = AttentionProbe(model, ids.shape[1])
+    canvases, frames = [], []
+
+    def on_step(event, canvas):
+        canvases.append(canvas.clone())
+        frames.append(probe(canvas))
+
+    cfg = resolve("polestar", gen_length=16, block_length=8, tau_s=0.3, measure_staleness=True)
+    reused = polestar.generate(model, ids, cfg, on_step=on_step, staleness_reference=probe.reference)
+    alone = polestar.generate(model, ids, cfg, trace=True)
+    assert reused.text == alone.text
+    for a, b in zip(reused.trace.events, alone.trace.events, strict=True):  # fp64: the same forward, same numbers
+        np.testing.assert_allclose(a.extra["staleness"], b.extra["staleness"], rtol=0, atol=1e-12)
+    for t in (1, len(canvases) - 1):
+        attn = [model.run(c, cache=model.new_cache(1, c.shape[1]), output_attentions=True).attentions
+                for c in (canvases[t - 1], canvases[t])]
+        want = torch.stack([kl_drift(now[0, :, ids.shape[1]:].transpose(0, 1), before[0, :, ids.shape[1]:]
+                                     .transpose(0, 1)) for before, now in zip(*attn)])
+        # both are fp32 sums over the same clamped fp32 probabilities; only the summation order may differ: a few
+        # ulps (fp32 eps 1.2e-7) of each KL
+        torch.testing.assert_close(frames[t].drift, want.float(), rtol=8 * 1.2e-7, atol=1e-9)

@@ -169,6 +169,25 @@ def test_dtype_and_device_arguments(tmp_path):
         polestar.load_model(root, dtype="float13")
 
 
+def test_half_precision_runs_in_float32_on_a_cpu_without_native_bf16(tmp_path, monkeypatch):
+    from polestar.models import loader
+
+    cpu, small, huge = torch.device("cpu"), 7_000_000, 8_000_000_000_000
+    monkeypatch.setattr(loader, "native_bf16_cpu", lambda: False)
+    assert loader.compute_dtype(torch.bfloat16, cpu, small) == torch.float32
+    assert loader.compute_dtype(torch.float16, cpu, small) == torch.float32
+    assert loader.compute_dtype(torch.bfloat16, cpu, huge) == torch.bfloat16  # its fp32 copy would not fit
+    assert loader.compute_dtype(torch.bfloat16, torch.device("meta"), small) == torch.bfloat16  # not a CPU
+    assert loader.compute_dtype(torch.float64, cpu, small) == torch.float64
+    root = write_checkpoint(tmp_path / "m", "llada")
+    config = json.loads((root / "config.json").read_text())
+    (root / "config.json").write_text(json.dumps({**config, "torch_dtype": "bfloat16"}))
+    assert polestar.load_model(root).dtype == torch.float32
+    assert polestar.load_model(root, dtype="bfloat16").dtype == torch.bfloat16  # an explicit dtype wins
+    monkeypatch.setattr(loader, "native_bf16_cpu", lambda: True)
+    assert polestar.load_model(root).dtype == torch.bfloat16
+
+
 # --- bad input ----------------------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -41,17 +42,20 @@ def load_model(
     dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
 ) -> Transformer:
-    """Load a LLaDA or Dream checkpoint. `dtype` defaults to the stored dtype, `device` to the CPU."""
+    """Load a LLaDA or Dream checkpoint. `dtype` defaults to the stored dtype (on a CPU without native bf16, see
+    `compute_dtype`), `device` to the CPU."""
     root = resolve_checkpoint(name_or_path)
     cfg = _read_json(root / "config.json", "config.json")
     family = family_of(cfg)
     spec = family.parse(cfg)
-    target_dtype = _as_dtype(dtype if dtype is not None else spec.torch_dtype)
     target_device = torch.device(device) if device is not None else torch.device("cpu")
 
     shards = _shard_files(root)
     with torch.device("meta"):
         model = Transformer(spec)
+    n_params = sum(p.numel() for p in model.parameters())
+    target_dtype = (_as_dtype(dtype) if dtype is not None
+                    else compute_dtype(_as_dtype(spec.torch_dtype), target_device, n_params))
     expected = family.tensor_names(spec)
     own_shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
     _check_tensors(root, shards, expected, own_shapes)
@@ -63,6 +67,28 @@ def load_model(
     model.tokenizer = load_tokenizer(root, family, spec.mask_id, spec.eos_id)
     log.info("loaded %s (%s, %d layers) as %s on %s", root, family.name, spec.n_layers, target_dtype, target_device)
     return model
+
+
+def native_bf16_cpu() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX). Without it torch emulates bf16 matmuls:
+    0.9 GFLOPS against 86 GFLOPS in float32 on one core of an AVX2 machine (measured), so a bf16 forward of the
+    embedded model took 557 ms instead of about 30."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(probe() for probe in probes if probe is not None)
+
+
+def compute_dtype(stored: torch.dtype, device: torch.device, n_params: int) -> torch.dtype:
+    """The dtype a checkpoint stored as `stored` runs in by default: as stored, except on a CPU without native
+    bf16 (`native_bf16_cpu`), where a half-precision checkpoint is upcast to float32 (exact) if that copy takes
+    at most a quarter of the machine's memory; a larger one (an 8B model) stays as stored. Pass `dtype` to
+    `load_model` to choose yourself."""
+    if device.type != "cpu" or stored not in (torch.bfloat16, torch.float16) or native_bf16_cpu():
+        return stored
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): keep the stored dtype
+        return stored
+    return torch.float32 if 4 * n_params <= memory / 4 else stored
 
 
 def resolve_checkpoint(name_or_path: str | Path) -> Path:
