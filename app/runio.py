@@ -1,5 +1,5 @@
 """Export and import of runs: a parquet trace (one row per step, run metadata in the file's schema metadata)
-that loads back into a browsable RunRecord, and a self-contained HTML report of the panels."""
+that loads back into a browsable RunRecord, and a self-contained HTML report of the panels with its own playhead."""
 
 from __future__ import annotations
 
@@ -85,12 +85,55 @@ def load_parquet(path: str | Path) -> RunRecord:
     return rec
 
 
-def html_report(rec: RunRecord, layer: int = 0) -> str:
-    """One self-contained HTML page (plotly.js inlined once) with every panel at the final step."""
-    figs = [figures.token_canvas(rec), figures.commit_timeline(rec), figures.staleness_curves(rec)]
+REPORT_FRAMES = 40  # steps a report can show: evenly spaced, the last one always (a few MB at generation 256)
+
+REPORT_PAGE = """<!doctype html><html><head><meta charset='utf-8'><title>Polestar run: {title}</title>
+<style>body{{font-family:Helvetica,Arial,sans-serif;margin:24px;color:#2a3f5f}}
+#bar{{position:sticky;top:0;background:white;padding:8px 0;z-index:9}} #playhead{{width:60%}}
+.grid{{display:grid;grid-template-columns:1fr 1fr;gap:12px}} .wide{{grid-column:1 / span 2}}</style>
+<script>{plotly}</script></head><body>
+<h1>Polestar Studio run: {title}</h1><pre>{metrics}</pre>
+<div id='bar'><label>Playhead (step) <input id='playhead' type='range' min='0' max='{last}' value='{last}'></label>
+<span id='step'></span></div><div class='grid'>{divs}</div>
+<script>
+const STEPS = {steps};
+const FRAMES = {frames};
+function show(i) {{
+  for (const [id, figures] of Object.entries(FRAMES)) Plotly.react(id, figures[i].data, figures[i].layout);
+  document.getElementById('step').textContent = `step ${{STEPS[i]}} of ${{STEPS[STEPS.length - 1]}}`;
+}}
+document.getElementById('playhead').addEventListener('input', (e) => show(Number(e.target.value)));
+show(STEPS.length - 1);
+</script></body></html>"""
+
+
+def report_steps(n_steps: int, most: int = REPORT_FRAMES) -> list[int]:
+    """The steps a report shows: all of them up to `most`, else `most` evenly spaced ending at the last."""
+    if n_steps <= most:
+        return list(range(1, n_steps + 1))
+    return sorted({1 + round(i * (n_steps - 1) / (most - 1)) for i in range(most)})
+
+
+def html_report(rec: RunRecord, layer: int | None = None) -> str:
+    """One self-contained HTML page: plotly.js inlined, every panel precomputed at up to REPORT_FRAMES steps, and a
+    playhead of its own that redraws them all in the browser (no server). `layer`: the drift heatmap's (default:
+    the last)."""
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+
+    panels = {"canvas": lambda t: figures.token_canvas(rec, t)}
     if rec.drift:
-        figs.insert(1, figures.drift_heatmap(rec, min(layer, len(rec.drift[0]) - 1)))
-    body = "".join(f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs))
-    metrics = json.dumps(rec.metrics, indent=1)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Polestar run: {rec.label}</title></head>"
-            f"<body><h1>Polestar Studio run: {rec.label}</h1><pre>{metrics}</pre>{body}</body></html>")
+        shown = len(rec.drift[0]) - 1 if layer is None else min(layer, len(rec.drift[0]) - 1)
+        panels["drift"] = lambda t: figures.drift_heatmap(rec, shown, t)
+    panels["timeline"] = lambda t: figures.commit_timeline(rec, t)
+    panels["staleness"] = lambda t: figures.staleness_curves(rec, t)
+    if len(rec.values) >= 2:
+        panels["pca"] = lambda t: figures.pca_trajectories(rec, [0, 1, 2, 3], t)
+    steps = report_steps(rec.n_steps)
+    frames = {name: [json.loads(pio.to_json(draw(t), validate=False)) for t in steps] for name, draw in panels.items()}
+    divs = "".join(f"<div id='{name}' class='{'wide' if name == 'canvas' else ''}'></div>" for name in panels)
+    safe = lambda value: json.dumps(value).replace("</", "<\\/")  # noqa: E731 — nothing closes the script tag
+    title = rec.label.replace("<", "&lt;")
+    metrics = json.dumps(rec.metrics, indent=1).replace("<", "&lt;")
+    return REPORT_PAGE.format(title=title, plotly=get_plotlyjs(), metrics=metrics, last=len(steps) - 1,
+                              divs=divs, steps=safe(steps), frames=safe(frames))

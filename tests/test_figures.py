@@ -60,7 +60,17 @@ def test_run_export_import_round_trip_and_bad_files(tmp_path):
     assert figures.pca_trajectories(back, [0, 1]).data  # the PCA panel works on a loaded trace
     assert [c.reason for e in back.events for c in e.commits] == [c.reason for e in rec.events for c in e.commits]
     html = runio.html_report(back)
-    assert html.startswith("<!doctype html>") and "Plotly" in html and "Token canvas" in html
+    assert html.startswith("<!doctype html>") and "Plotly" in html and "id='playhead'" in html
+    import json
+
+    steps = json.loads(html.split("const STEPS = ", 1)[1].split(";\n", 1)[0])
+    frames = json.loads(html.split("const FRAMES = ", 1)[1].split(";\n", 1)[0].replace("<\\/", "</"))
+    assert steps == runio.report_steps(back.n_steps) and steps[-1] == back.n_steps  # its own playhead, every step
+    assert set(frames) == {"canvas", "drift", "timeline", "staleness", "pca"}
+    assert all(len(f) == len(steps) for f in frames.values())
+    assert [f["layout"]["title"]["text"] for f in frames["canvas"]] == [
+        f"Token canvas — step {t}/{back.n_steps}" for t in steps]
+    assert runio.report_steps(100, 40)[-1] == 100 and len(runio.report_steps(100, 40)) == 40
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
     with pytest.raises(runio.RunFileError, match="not a parquet file"):
         runio.load_parquet(tmp_path / "bad.parquet")
