@@ -11,11 +11,23 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 
 
+# the page position of the first canvas cell whose reason index is `reason` (row-major, as positions are)
+FIRST_DRIFT_CELL = """(reason) => {
+    const p = document.querySelector('#token-canvas .js-plotly-plot');
+    const z = p.calcdata[0][0].z, size = p._fullLayout._size, box = p.getBoundingClientRect();  // drawn: 2-D
+    for (let row = 0; row < z.length; row++) for (let col = 0; col < z[row].length; col++)
+        if (z[row][col] === reason) return {x: box.x + size.l + p._fullLayout.xaxis.l2p(col),
+                                            y: box.y + size.t + p._fullLayout.yaxis.l2p(row)};
+    return null;
+}"""
+
+
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
     import app
     import polestar
+    from app.record import REASONS
 
     out = ROOT / "docs" / "screenshots"
     out.mkdir(parents=True, exist_ok=True)
@@ -27,6 +39,14 @@ def main() -> None:
         page.goto(demo.local_url)
         page.get_by_role("button", name="Run", exact=True).click()
         page.get_by_text("done", exact=True).wait_for(timeout=180_000)
+        # select the first drift-committed cell, as a user clicking it would: every view then marks it
+        cell = page.evaluate(FIRST_DRIFT_CELL, REASONS.index("drift"))
+        if cell is not None:
+            page.mouse.click(cell["x"], cell["y"])
+            page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                                   ".some(p => (p.data || []).some(t => (t.name || '').endsWith('(selected)')))",
+                                   timeout=60_000)
+            page.wait_for_timeout(1000)
         page.screenshot(path=str(out / "main.png"), full_page=True)
         page.get_by_role("tab", name="Compare").click()
         page.get_by_role("button", name="Compare", exact=True).click()

@@ -39,10 +39,10 @@ EXPLAIN = {
               "committed to guarantee progress), **drift** (Polestar: a sharp attention-drift event on a fairly "
               "confident token), **suffix** (Polestar: committed ahead of its block from refreshed logits), "
               "**quota** (LLaDA: a fixed number per step).",
-    "drift": "Drift is how much a position's attention distribution moves between consecutive steps (KL "
-             "divergence). Tokens drift while their context is being decided and settle once it is: a cache "
-             "entry computed before a drift event is stale. Polestar tracks drift per cluster of cached states "
-             "(right) and refreshes only the clusters that moved.",
+    "drift": "Left: how much each generated position's attention distribution moved since the previous step (KL "
+             "divergence, this layer; × marks its commit). Drift is high in and near the block being decoded "
+             "and fades once a position's context is settled. Right (Polestar runs): the drift of each cluster "
+             "of cached states, the signal Polestar ranks to choose which clusters to refresh.",
     "pca": "The last layer's value state of each chosen position, step by step, projected on one PCA basis. "
            "◆ marks the first strong drift, ★ the step the token was committed.",
     "timeline": "One marker per commit. The black line is tokens per forward so far (TPF).",
