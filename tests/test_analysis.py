@@ -58,3 +58,24 @@ def _numeric(v: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def test_arith_failures_names_the_first_error_of_each_wrong_answer():
+    from analysis.arith_failures import classify, first_error
+    from polestar import tasks
+
+    ex = tasks.make("arith", 1, 0)[0]
+    lines = ex.answer.split("\n")
+    assert first_error(ex.answer, ex.answer) is None
+    col = lines[0].index(": ") + 2 + 6  # the first column's carry-out (`a+b+c=ds`: index 6)
+    wrong_digit = "7" if lines[0][col] != "7" else "8"
+    assert first_error(ex.answer, "\n".join([lines[0][:col] + wrong_digit + lines[0][col + 1:], *lines[1:]])) == "columns"
+    restatement, equation = lines[0].split(". ", 1)
+    x, op, rest = equation.split(" ", 2)
+    other = "-" if op != "-" else "+"
+    assert first_error(ex.answer, "\n".join([f"{restatement}. {x} {other} {rest}", *lines[1:]])) == "event"
+    assert first_error(ex.answer, "\n".join(lines[:-2] + lines[-1:])) == "lines"
+    reworded = "\n".join([f"Does something. {equation}", *lines[1:]])  # right answer, wrong words
+    rows = [{"prompt": ex.prompt, "completion": reworded, "correct": True},
+            {"prompt": ex.prompt, "completion": lines[0], "correct": False}]
+    assert classify(rows) == {"n": 2, "wrong": 1, "first_error": {"lines": 1}, "right_with_a_wrong_restatement": 1}
