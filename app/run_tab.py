@@ -50,7 +50,7 @@ EXPLAIN = {
               "decoding, so they work even while the model loads. Scrub them with the playhead afterwards.",
     "staleness": "How far the cached K/V are from a full recompute of the current canvas, per layer and step "
                  "(measured outside NFE/TPS). It drops at block entries and refreshes and grows while the block "
-                 "is decoded against frozen entries; Compare puts two methods side by side.",
+                 "is decoded against frozen entries; Compare overlays two methods on one playhead.",
 }
 
 # Browser side of the linked views (gr.Plot sends no click events to Python): a click on a canvas cell writes its

@@ -7,7 +7,8 @@ both threads decode slowly (measured on 2 cores: 0.44 s per decode on the thread
 any thread once two had run torch ops). Handlers therefore never touch torch; they only build figures.
 
 The Gradio generator samples the record at most every `FRAME_S` seconds, and less often when drawing a frame is
-slow (`FRAME_SHARE`); it always yields the final state, so the browser is never flooded. A stop flag is checked by the decoder after every step.
+slow (`FRAME_SHARE`); it always yields the final state, so the browser is never flooded. A stop flag is checked
+by the decoder after every step.
 """
 
 from __future__ import annotations
