@@ -48,6 +48,7 @@ def style(fig: go.Figure, title: str, height: int, key: str, legend: bool = Fals
     return fig
 
 
+TITLES = {"staleness": "KV staleness against a full recompute", "pca": "Value-state trajectories (PCA, fixed basis)"}
 SELECTED = "#000000"  # the chosen position's outline and guide lines in every view
 
 
@@ -189,7 +190,7 @@ def staleness_curves(rec: RunRecord, t: int | None = None, selected: int | None 
     if (p := _chosen(rec, selected)) is not None and 0 < (step := rec.commit_info()[0][p]) <= t:
         fig.add_vline(x=int(step), line=dict(color=SELECTED, width=1, dash="dot"),
                       annotation=dict(text=f"pos {p} committed", font=dict(size=10)))
-    return style(fig, "KV staleness against a full recompute", 380, "staleness", legend=True)
+    return style(fig, TITLES["staleness"], 380, "staleness", legend=True)
 
 
 def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None,
@@ -230,7 +231,23 @@ def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None,
                                                      line=dict(color="black", width=1))))
     fig.update_xaxes(title="PC 1")
     fig.update_yaxes(title="PC 2")
-    return style(fig, "Value-state trajectories (PCA, fixed basis)", 380, "pca", legend=True)
+    return style(fig, TITLES["pca"], 380, "pca", legend=True)
+
+
+_WAITING: dict[str, go.Figure] = {}
+
+
+def at_the_end(*names: str) -> list[go.Figure]:
+    """Placeholders for views drawn once a run ends (built once, reused by every frame)."""
+    for name in names:
+        if name not in _WAITING:
+            fig = go.Figure()
+            fig.add_annotation(text="drawn when the run ends", showarrow=False, x=0.5, y=0.5, xref="paper",
+                               yref="paper")
+            fig.update_xaxes(visible=False)
+            fig.update_yaxes(visible=False)
+            _WAITING[name] = style(fig, TITLES[name], 380, name)
+    return [_WAITING[name] for name in names]
 
 
 def _display(rec: RunRecord, token: int) -> str:

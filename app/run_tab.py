@@ -157,8 +157,11 @@ def check_view(layer: Any, positions: Any, selected: Any = None) -> tuple[int, s
     return max(0, int(number)), positions, int(chosen)
 
 
-def _panels(rec: RunRecord | None, t: int | None, layer: int, positions: str, selected: int | None = None):
-    """The five views at step t; `selected` (a generated position) is marked in each of them."""
+def _panels(rec: RunRecord | None, t: int | None, layer: int, positions: str, selected: int | None = None,
+            live: bool = False):
+    """The five views at step t; `selected` (a generated position) is marked in each of them. `live` (a frame of
+    a run still decoding): the staleness and PCA views, which summarise the whole run, wait for its end (drawing
+    them every frame took a third of the frame time, and frames compete with the decode for the CPU)."""
     if rec is None or not rec.events:
         empty = figures.go.Figure()
         return empty, empty, empty, empty, empty
@@ -167,6 +170,9 @@ def _panels(rec: RunRecord | None, t: int | None, layer: int, positions: str, se
                        "or click a canvas cell")
     pos = [int(p) for p in positions.replace(",", " ").split() if p.strip().lstrip("-").isdigit()]
     layer = min(int(layer), len(rec.drift[0]) - 1) if rec.drift else 0
+    if live:
+        return (figures.token_canvas(rec, t, selected), figures.drift_heatmap(rec, layer, t, selected),
+                figures.commit_timeline(rec, t, selected), *figures.at_the_end("staleness", "pca"))
     return (figures.token_canvas(rec, t, selected), figures.drift_heatmap(rec, layer, t, selected),
             figures.commit_timeline(rec, t, selected), figures.staleness_curves(rec, t, selected),
             figures.pca_trajectories(rec, pos or [0, 1, 2, 3], t, selected))
@@ -207,7 +213,7 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
                 if rec.done:
                     status = f"stopped at step {rec.n_steps}" if rec.metrics.get("stopped") else "done"
                 slider = gr.Slider(minimum=0, maximum=max(rec.n_steps, 1), value=rec.n_steps, step=1)
-                yield (*_panels(rec, None, *shown), metrics, status, slider)
+                yield (*_panels(rec, None, *shown, live=not rec.done), metrics, status, slider)
         except PolestarError as exc:
             raise gr.Error(str(exc)) from None
 
