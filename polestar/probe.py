@@ -38,9 +38,14 @@ class AttentionProbe:
     def __call__(self, canvas: torch.Tensor) -> ProbeFrame:
         model = self.model
         cache = model.new_cache(canvas.shape[0], canvas.shape[1])
-        out = model.run(canvas, cache=cache, output_attentions=True)
+        positions = torch.arange(canvas.shape[1], device=canvas.device)
+        h, attentions = model.embed(canvas), []
+        for index in range(model.spec.n_layers):  # `model.run` without the LM head: the probe reads no logits
+            out = model.layer(index, h, positions, cache, need_attn=True)
+            h = out.hidden
+            attentions.append(out.attn)
         # per layer [gen, heads, length]: the generated rows' distributions, clamped, and their logarithms
-        now = [a[0, :, self.prompt_len:].transpose(0, 1).float().clamp_min(PROB_FLOOR) for a in out.attentions]
+        now = [a[0, :, self.prompt_len:].transpose(0, 1).float().clamp_min(PROB_FLOOR) for a in attentions]
         now = [(p, p.log()) for p in now]
         if self.previous is None:
             drift = torch.zeros(len(now), canvas.shape[1] - self.prompt_len)
