@@ -45,6 +45,10 @@ def test_run_streams_and_ends_with_metrics(client):
     final = _metrics(updates[-1])
     assert {"text", "nfe", "tpf", "tps"} <= set(final) and final["nfe"] >= 1
     assert updates[-1][6] == "done"
+    waiting = [_figure(u[3]) for u in updates[:-1]]  # frames of the run still decoding: staleness comes at the end
+    assert waiting and all(f["layout"]["annotations"][0]["text"] == "drawn when the run ends" for f in waiting)
+    end = _figure(updates[-1][3])
+    assert end["layout"]["title"]["text"] == "KV staleness against a full recompute" and end["data"]
 
 
 def test_only_the_prompt_is_required(client):
