@@ -150,7 +150,7 @@ def main() -> None:
     if args.columns:
         print(json.dumps(column_accuracy(model, args.n, args.seed + 7_000_000)), flush=True)
         return
-    for task in args.tasks.split(","):
+    for task in filter(None, args.tasks.split(",")):  # `--tasks ''`: none (with --time-forward: only the timing)
         if args.fill is not None:
             print(json.dumps(fill_accuracy(model, task, args.n, args.seed, args.fill, args.gen_length)), flush=True)
             continue
