@@ -215,10 +215,11 @@ def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None,
         for j, p in enumerate(positions):
             xy = basis.transform(stack[:t, j]).astype(np.float32)
             bold = p == chosen
+            colour = SELECTED if bold else OKABE_ITO[j % 7]  # the 8th Okabe–Ito colour, black, is the selection's
             fig.add_trace(go.Scatter(x=xy[:, 0], y=xy[:, 1], mode="lines+markers",
-                                     name=f"pos {p}" + (" (selected)" if bold else ""), marker=dict(size=6 if bold
-                                     else 4), line=dict(color=SELECTED if bold else OKABE_ITO[j % 7],  # 7: black is the selection's
-                                                        width=4 if bold else 2)))
+                                     name=f"pos {p}" + (" (selected)" if bold else ""),
+                                     marker=dict(size=6 if bold else 4),
+                                     line=dict(color=colour, width=4 if bold else 2)))
             above = np.nonzero(last[:t, p] > trigger_level)[0]
             if len(above):
                 fig.add_trace(go.Scatter(x=xy[above[:1], 0], y=xy[above[:1], 1], mode="markers", showlegend=False,

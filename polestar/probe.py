@@ -1,7 +1,8 @@
 """Analysis probe: a full forward over the canvas after each step (never counted in NFE or TPS) giving
 
-- attention drift D_{i,ℓ}(t) = mean over heads of KL(A_{i,ℓ}(t) ‖ A_{i,ℓ}(t−1)) for every layer ℓ and generated
-  position i (paper Eq. 4, the Fig 4 heatmap; A is the rotary attention distribution of position i over all keys);
+- attention drift D_{i,ℓ}(t) = mean over heads of KL(A_{i,ℓ}(t) ‖ A_{i,ℓ}(t−1)) for every layer ℓ and
+  generated position i (paper Eq. 4, the Fig 4 heatmap; A is the rotary attention distribution of position i over
+  all keys);
 - the last layer's value states of the generated region (Fig 3c's PCA trajectories).
 The probe sees what a fresh full forward would: for cached methods it shows the drift the cache is exposed
 to, independent of what the method chose to recompute. Its forward also serves as the staleness reference of

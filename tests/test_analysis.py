@@ -69,7 +69,8 @@ def test_arith_failures_names_the_first_error_of_each_wrong_answer():
     assert first_error(ex.answer, ex.answer) is None
     col = lines[0].index(": ") + 2 + 6  # the first column's carry-out (`a+b+c=ds`: index 6)
     wrong_digit = "7" if lines[0][col] != "7" else "8"
-    assert first_error(ex.answer, "\n".join([lines[0][:col] + wrong_digit + lines[0][col + 1:], *lines[1:]])) == "columns"
+    broken = lines[0][:col] + wrong_digit + lines[0][col + 1:]
+    assert first_error(ex.answer, "\n".join([broken, *lines[1:]])) == "columns"
     restatement, equation = lines[0].split(". ", 1)
     x, op, rest = equation.split(" ", 2)
     other = "-" if op != "-" else "+"
