@@ -92,6 +92,12 @@ def test_run_the_default_prompt_and_scrub(page, tmp_path):
 
 
 def test_stop_then_the_playhead_scrubs_the_stopped_run(page):
+    # the baseline commits one token per step (256 forwards), so the run is still going when Stop lands; the
+    # default example can finish between its first streamed frame and the click on a loaded machine
+    home = page.url.split("?")[0]
+    page.goto(home + "?method=baseline")
+    page.wait_for_function("() => [...document.querySelectorAll('input')].some(i => i.value === 'baseline')",
+                           timeout=30_000)
     page.get_by_role("button", name="Run", exact=True).click()
     page.locator("text=/^step \\d+$/").first.wait_for(timeout=60_000)  # streaming
     page.get_by_role("button", name="Stop", exact=True).click()
@@ -103,6 +109,8 @@ def test_stop_then_the_playhead_scrubs_the_stopped_run(page):
     _set_playhead(page, 1)
     _wait_canvas_step(page, 1)
     assert _plots(page)[0]["title"] == f"Token canvas — step 1/{stopped}"
+    assert stopped < 256  # it stopped before the end
+    page.goto(home)  # the next tests start from the defaults
 
 
 def test_a_deep_link_restores_the_method_and_a_setting(page):

@@ -21,7 +21,7 @@ def test_same_seed_same_examples(name):
 
 
 _LINE = re.compile(r"(?:(?P<restate>[A-Z][^.]*\.) )?(?P<x>\d+) (?P<op>[-+*]) (?P<b>\d+): (?P<chunks>[^s]+?)(?: so (?P<y>\d+))?")
-_CHUNK = re.compile(r"(\d)([-+*])(\d)([-+])(\d)=(\d)(\d)")
+_CHUNK = re.compile(r"(\d)([-+*])(\d)(?:=(\d\d))?([-+])(\d)=(\d)(\d)")
 
 
 def _check_line(line: str, drill: bool = False) -> tuple[int, str, int, int]:
@@ -34,20 +34,21 @@ def _check_line(line: str, drill: bool = False) -> tuple[int, str, int, int]:
     # every number is WIDTH digits, zero-filled (a product's multiplier is one digit)
     assert len(m["x"]) == arith.WIDTH and len(m["b"]) == (1 if op == "*" else arith.WIDTH), line
     assert drill or (len(m["y"]) == arith.WIDTH and int(m["y"]) == y), line
-    assert y == {"+": x + b, "-": x - b, "*": x * b}[op] and 1 <= y <= arith.MAX_VALUE
+    # a drill's product may run to four digits (its last carry-out), a word problem's values stay in range
+    assert 1 <= y <= (9 * arith.MAX_VALUE if drill and op == "*" else arith.MAX_VALUE)
     if not drill:
         assert f" {b} " in f" {m['restate'][:-1]} "  # the restatement names the event's number
     chunks = m["chunks"].split(" ")
     assert len(chunks) == arith.WIDTH, line
     carry, written = 0, []
     for i, chunk in enumerate(chunks):
-        a, op1, d, op2, c, out, digit = _CHUNK.fullmatch(chunk).groups()
+        a, op1, d, product, op2, c, out, digit = _CHUNK.fullmatch(chunk).groups()
         a, d, c, out, digit = map(int, (a, d, c, out, digit))
         assert op1 == op and c == carry and a == (x // 10**i) % 10
-        if op == "*":
-            assert op2 == "+" and d == b and a * b + c == 10 * out + digit
+        if op == "*":  # the column's product in two digits, then the carry added
+            assert op2 == "+" and d == b and product == f"{a * b:02d}" and a * b + c == 10 * out + digit
         else:
-            assert op2 == op and d == (b // 10**i) % 10
+            assert product is None and op2 == op and d == (b // 10**i) % 10
             value = a + d + c if op == "+" else a - d - c
             assert (out, digit) == ((value // 10, value % 10) if op == "+" else (int(value < 0), value % 10))
         carry = out
@@ -78,8 +79,8 @@ def test_arith_worked_solutions_are_correct_and_long():
 def test_scratchpad_by_hand():
     assert arith.scratchpad(68, "+", 57) == ("8+7+0=15 6+5+1=12 0+0+1=01", 125)
     assert arith.scratchpad(403, "-", 58) == ("3-8-0=15 0-5-1=14 4-0-1=03", 345)
-    assert arith.scratchpad(198, "*", 2) == ("8*2+0=16 9*2+1=19 1*2+1=03", 396)
-    assert arith.scratchpad(19, "*", 9) == ("9*9+0=81 1*9+8=17 0*9+1=01", 171)
+    assert arith.scratchpad(198, "*", 2) == ("8*2=16+0=16 9*2=18+1=19 1*2=02+1=03", 396)
+    assert arith.scratchpad(19, "*", 9) == ("9*9=81+0=81 1*9=09+8=17 0*9=00+1=01", 171)
     assert arith.scratchpad(5, "+", 120) == ("5+0+0=05 0+2+0=02 0+1+0=01", 125)
     assert arith.solution_line("Loses 46.", 65, "-", 46) == ("Loses 46. 065 - 046: 5-6-0=19 6-4-1=01 0-0-0=00 so 019",
                                                              19)
@@ -149,10 +150,14 @@ def test_bad_arguments():
         tasks.make("arith", 1, split="dev")
 
 
+CHUNK_SHOWN = r"\S[-+*]\S(?:=\S\S)?[-+]\S=\S\S"  # a column chunk with some characters replaced by `_`
+
+
 def test_worked_digits_hide_every_result_and_its_copies():
     """Masking `tasks.computed('arith', answer)` leaves no digit of any result visible (after `so`, `####`, the
     next line's left operand and its column digits) and hides every column's carries and written digit, while
-    the story's numbers that the first line copies stay visible. The drill marks its columns' three digits."""
+    the story's numbers that the first line copies stay visible. The drill marks its columns' three digits and a
+    product column's two product digits."""
     for ex in tasks.make("arith", 50, seed=2):
         hidden = set(tasks.computed("arith", ex.answer))
         shown = "".join("_" if i in hidden else c for i, c in enumerate(ex.answer))
@@ -163,11 +168,13 @@ def test_worked_digits_hide_every_result_and_its_copies():
         assert f"{x} " in lines[0] and f" {b}:" in lines[0]  # the first line's operands stay visible
         for line in lines:
             assert line.endswith("so ___") or line.startswith("####")
-            for chunk in re.findall(r"\S[-+*]\S[-+]\S=\S\S", line):
-                assert chunk[4] == chunk[6] == chunk[7] == "_"  # carry-in, carry-out and digit
+            for chunk in re.findall(CHUNK_SHOWN, line):
+                assert chunk[-4] == chunk[-2] == chunk[-1] == "_"  # carry-in, carry-out and digit
+                assert len(chunk) == 8 or chunk[4:6] == "__"  # a product's own two digits
         for line in lines[1:-1]:
             assert re.search(r"\. ___ [-+*] \d+: ", line)  # the previous result's copy is hidden
-            assert all(chunk[0] == "_" for chunk in re.findall(r"\S[-+*]\S[-+]\S=\S\S", line))
+            assert all(chunk[0] == "_" for chunk in re.findall(CHUNK_SHOWN, line))
     drill = tasks.make("arith-drill", 5, seed=2, split="train")[0].answer
-    assert len(tasks.computed("arith-drill", drill)) == 3 * 3 * drill.count(":")
+    assert "*" in drill  # this drill has products
+    assert len(tasks.computed("arith-drill", drill)) == 3 * 3 * drill.count(":") + 3 * 2 * drill.count(" * ")
     assert tasks.computed("lists", "1 2 3") is None

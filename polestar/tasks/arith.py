@@ -7,7 +7,9 @@ as a column scratchpad from the units digit up, then writes the result:
     Buys 57 more. 068 + 057: 8+7+0=15 6+5+1=12 0+0+1=01 so 125
 
 Each chunk `a+b+c=ds` is one column: the two digits, the carry in, then the carry out and the written digit
-(`a-b-c=ds` for a difference: the borrow out and the digit; `a*m+c=ds` for a product by one digit). Every number
+(`a-b-c=ds` for a difference: the borrow out and the digit). A product by one digit writes the column's product
+first and adds the carry to it, `a*m=pp+c=ds`, so each step is one of 100 one-digit products or a small sum
+instead of one of 900 `a·m + c` facts (the shipped weights' failure analysis, in the model card). Every number
 of the solution is written with WIDTH digits (zero-filled) and every line has WIDTH columns, so a line's layout
 never changes: each digit to copy sits at the same offset from the tokens that need it. With one token per digit
 every written digit is a function of a few nearby tokens, so the model learns the 100 one-digit facts and a carry
@@ -81,13 +83,14 @@ def scratchpad(x: int, op: str, b: int) -> tuple[str, int]:
     """The WIDTH column chunks of `x op b` from the units digit up, and the result.
 
     `+`: `a+b+c=ds` (c the carry in, d the carry out, s the digit written); `-` (x > b): `a-b-c=ds` (c the
-    borrow in, d the borrow out, so a − b − c = s − 10·d); `*` (b one digit): `a*b+c=ds` (a·b + c = 10·d + s,
-    d ≤ 8 the carry into the next column)."""
+    borrow in, d the borrow out, so a − b − c = s − 10·d); `*` (b one digit): `a*b=pp+c=ds` (pp = a·b in two
+    digits, pp + c = 10·d + s, d ≤ 8 the carry into the next column)."""
     if op == "*":
         chunks, carry = [], 0
         for a in _digits(x, WIDTH):
-            value = a * b + carry
-            chunks.append(f"{a}*{b}+{carry}={value // 10}{value % 10}")
+            product = a * b
+            value = product + carry
+            chunks.append(f"{a}*{b}={product // 10}{product % 10}+{carry}={value // 10}{value % 10}")
             carry = value // 10
         return " ".join(chunks), x * b
     chunks, carry = [], 0
@@ -109,8 +112,9 @@ def pieces(text: str) -> int:
     return len(re.findall(r"\d|[A-Za-z']+|[^\w\s]|\n", text))
 
 
-def _operand(rng: random.Random, x: int) -> tuple[str, int] | None:
-    op = rng.choices(tuple(_OP_WEIGHTS), weights=tuple(_OP_WEIGHTS.values()))[0]
+def _operand(rng: random.Random, x: int, weights: dict[str, int] = _OP_WEIGHTS) -> tuple[str, int] | None:
+    """An operation on x drawn with `weights`, or None where the drawn one would leave [1, MAX_VALUE]."""
+    op = rng.choices(tuple(weights), weights=tuple(weights.values()))[0]
     if op == "+" and x <= MAX_VALUE - 2:
         return op, rng.randint(2, min(300, MAX_VALUE - x))
     if op == "-" and x >= 3:
@@ -153,35 +157,52 @@ def candidate(rng: random.Random) -> Example:
             return Example(task="arith", prompt=" ".join(story), answer=answer, target=str(x))
 
 
-DRILL_LINES = (5, 7)
+DRILL_LINES = (4, 6)  # ≤ 6 product lines of ≤ 40 pieces: a drill fits a 256-token canvas
+# The drill leans to the facts word problems teach least: products and differences with a borrow (the column probe
+# of the shipped weights knew 87 % of one-digit products and 96–100 % of the sums; model card). A word problem's
+# product must stay ≤ MAX_VALUE, so its multipliers 7–9 come only with left operands below 143; a drill product
+# takes any left operand and any multiplier, and its last column's carry-out may be non-zero (a four-digit result).
+_DRILL_WEIGHTS = {"+": 1, "-": 2, "*": 3}
+
+
+def _drill_operation(rng: random.Random) -> tuple[int, str, int]:
+    while True:
+        x = rng.randint(3, MAX_VALUE)
+        op = rng.choices(tuple(_DRILL_WEIGHTS), weights=tuple(_DRILL_WEIGHTS.values()))[0]
+        if op == "*":
+            return x, op, rng.randint(2, 9)
+        if (step := _operand(rng, x, {op: 1})) is not None:
+            return x, *step
 
 
 def candidate_drill(rng: random.Random) -> Example:
-    """A training drill of bare equations, the scratchpads of `arith` many per token: the prompt lists 5–7
+    """A training drill of bare equations, the scratchpads of `arith` many per token: the prompt lists 4–6
     left-hand sides (`37 + 208, 115 - 13, 42 * 7`), the answer works each out in columns, without the restatement
     and without the closing `so yyy` (`037 + 208: 7+8+0=15 3+0+1=04 0+2+0=02`). In a word problem the result is
     written again (`so 245`, then `245 + …` on the next line), so a masked column digit can be copied from a
     visible copy of the result instead of computed from its column; here nothing repeats a written digit but the
-    next column's carry-in, so the one-digit facts must be computed. Operands are drawn like the word problems'."""
+    next column's carry-in, so the one-digit facts must be computed. Operations: `_drill_operation`."""
     lines, lefts = [], []
     for _ in range(rng.randint(*DRILL_LINES)):
-        while (step := _operand(rng, x := rng.randint(3, MAX_VALUE - 2))) is None:
-            pass
-        op, b = step
+        x, op, b = _drill_operation(rng)
         lefts.append(f"{x} {op} {b}")
         lines.append(solution_line("", x, op, b)[0].lstrip().rsplit(" so ", 1)[0])
     answer = "\n".join(lines)
     return Example(task="arith-drill", prompt=", ".join(lefts), answer=answer, target=answer)
 
 
-COLUMN = re.compile(r"\d[-+*]\d[-+](\d)=(\d)(\d)")  # one column chunk; groups: carry-in, carry-out, digit
+# one column chunk, `a+b+c=ds`, `a-b-c=ds` or `a*m=pp+c=ds`; groups: the product's two digits (products only),
+# carry-in, carry-out, written digit
+COLUMN = re.compile(r"\d[-+*]\d(?:=(\d)(\d))?[-+](\d)=(\d)(\d)")
+CARRY_IN, CARRY_OUT, DIGIT = 3, 4, 5  # COLUMN's groups
 
 
 def column_digits(answer: str) -> list[int]:
-    """Character offsets of the digits a worked answer computes rather than copies: every column's carry-in,
-    carry-out and written digit. The trainer's focus rows mask exactly these (and nothing else), so the model
-    must work each column out from its visible operand digits (polestar/train/trainer.py:sft_loss)."""
-    return [m.start(g) for m in COLUMN.finditer(answer) for g in (1, 2, 3)]
+    """Character offsets of the digits a worked answer computes rather than copies: every column's product (in a
+    product), carry-in, carry-out and written digit. The trainer's focus rows mask exactly these (and nothing
+    else), so the model must work each column out from its visible operand digits
+    (polestar/train/trainer.py:sft_loss)."""
+    return [m.start(g) for m in COLUMN.finditer(answer) for g in range(1, 6) if m.start(g) != -1]
 
 
 _RESULT_COPIES = re.compile(r"(?:so |#### |\n(?:[A-Z][^.\n]*\. )?)(\d+)")

@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from polestar import tasks
 from polestar.api import chat_prompt_ids
 from polestar.reference import generate
-from polestar.tasks.arith import COLUMN
+from polestar.tasks.arith import CARRY_IN, CARRY_OUT, COLUMN, DIGIT
 
 
 def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length: int,
@@ -82,28 +82,34 @@ def fill_accuracy(model, task: str, n: int, seed: int, ratio: float, gen_length:
 @torch.no_grad()
 def column_accuracy(model, n: int, seed: int) -> dict:
     """Teacher-forced probe of the one-digit facts, with nothing to copy: on `arith-drill` answers (no written
-    digit repeats there), mask every column's carry-in, carry-out and written digit at once, one forward per
-    example, and count the argmax hits per kind. The units column's digit depends only on its two visible operand
-    digits (its carry-in is always 0): its accuracy is the share of one-digit facts the model knows (chance is
-    about 10 %). Training examples are drawn (the drill has no held-out use), with a seed training never uses."""
+    digit repeats there), mask every column's computed digits at once (a product's two digits, carry-in, carry-out
+    and written digit), one forward per example, and count the argmax hits per kind, the written digits also per
+    operation (`sum_`, `difference_`, `product_digit_col0`…). The units column's digit depends only on its two
+    visible operand digits (its carry-in is always 0): its accuracy is the share of one-digit facts the model knows
+    (chance is about 10 %). Training examples are drawn (the drill has no held-out use), with a seed training never uses."""
     tok = model.tokenizer
     hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for ex in tasks.make("arith-drill", n, seed, split="train"):
         prompt = chat_prompt_ids(tok, ex.prompt)
         enc = tok(ex.answer, add_special_tokens=False, return_offsets_mapping=True)
-        kind_at: dict[int, str] = {}  # character offset -> what is hidden there
+        kind_at: dict[int, tuple[str, ...]] = {}  # character offset -> what is hidden there (kinds it counts in)
         for m in COLUMN.finditer(ex.answer):
-            column = ex.answer.count("=", ex.answer.rfind(":", 0, m.start()), m.start())
-            kind_at.update({m.start(1): "carry_in", m.start(2): "carry_out", m.start(3): f"digit_col{column}"})
+            column = ex.answer.count(" ", ex.answer.rfind(":", 0, m.start()), m.start()) - 1
+            op = {"+": "sum", "-": "difference", "*": "product"}[ex.answer[m.start() + 1]]
+            kind_at.update({m.start(CARRY_IN): ("carry_in",), m.start(CARRY_OUT): ("carry_out",),
+                            m.start(DIGIT): (f"digit_col{column}", f"{op}_digit_col{column}")})
+            if m.start(1) != -1:  # a product column writes the product of its two digits first
+                kind_at.update({m.start(1): ("one_digit_product",), m.start(2): ("one_digit_product",)})
         hidden = [(j, kind_at[a]) for j, (a, b) in enumerate(enc.offset_mapping) if b - a == 1 and a in kind_at]
         canvas = torch.tensor(prompt + enc.input_ids + [model.eos_id] * 8)
         truth = canvas.clone()
         rows = torch.tensor([len(prompt) + j for j, _ in hidden])
         canvas[rows] = model.mask_id
         guess = model(canvas.unsqueeze(0).to(model.device))[0, rows].argmax(-1).cpu()
-        for (_, kind), right in zip(hidden, (guess == truth[rows]).tolist()):
-            hits[kind][0] += right
-            hits[kind][1] += 1
+        for (_, kinds), right in zip(hidden, (guess == truth[rows]).tolist()):
+            for kind in kinds:
+                hits[kind][0] += right
+                hits[kind][1] += 1
     return {"probe": "columns", "n": n, "seed": seed,
             **{kind: round(h / total, 4) for kind, (h, total) in sorted(hits.items())}}
 
