@@ -32,7 +32,28 @@ def measure(model, prompts, method: str, gen_length: int) -> dict:
         for prompt in prompts:
             result = decode(model, encode_prompt(model, prompt), cfg)
             nfe, wall = nfe + result.nfe, wall + result.wall_s
-    return {"method": method, "nfe": nfe, "wall_s": wall, "sections": dict(times)}
+    return {"method": method, "nfe": nfe, "wall_s": wall, "sections": dict(times),
+            **rows_per_forward(model, prompts, cfg)}
+
+
+def rows_per_forward(model, prompts, cfg) -> dict:
+    """The work a forward does, in rows, counted from traced decodes of the same prompts (untimed): `layer_rows`,
+    the rows one layer runs in full per forward (the pass's own rows plus, on a refresh step, the update-packet
+    rows recomputed at that layer), averaged over layers; `kv_rows`, the rows a layer only re-projects to K/V
+    per forward (a consumed packet). On a CPU a layer's time grows with its rows (its matrix products are
+    compute-bound); on a GPU a few hundred rows cost about one read of the layer's weights per call."""
+    from polestar.api import encode_prompt
+    from polestar.decode import decode
+
+    layers = model.spec.n_layers
+    full = kv = forwards = 0
+    for prompt in prompts:
+        for event in decode(model, encode_prompt(model, prompt), cfg, trace=True).trace.events:
+            packets = event.extra.get("refreshed_per_layer") or []
+            full += event.rows * layers + sum(packets)
+            kv += sum(packets[:-1])  # the final layer's packet goes to the LM head, not to a next layer
+            forwards += 1
+    return {"layer_rows": full / (forwards * layers), "kv_rows": kv / (forwards * layers)}
 
 
 def markdown(rows: list[dict], n: int, suite: str, gen_length: int) -> str:
@@ -52,8 +73,19 @@ def markdown(rows: list[dict], n: int, suite: str, gen_length: int) -> str:
             cells.append("—" if seconds is None else f"{1e3 * seconds / r['nfe']:.2f}")
         label = name if name in ("decode total", "forward (cache policy)", "propose + commit") else f"  ↳ {name}"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("| rows a layer runs per forward (entry, block or windowed pass + update packets) | "
+                 + " | ".join(f"{r['layer_rows']:.1f}" for r in rows) + " |")
+    lines.append("| rows a layer only re-projects to K/V per forward (consumed packets) | "
+                 + " | ".join(f"{r['kv_rows']:.1f}" for r in rows) + " |")
     lines.append("| NFE per example | " + " | ".join(f"{r['nfe'] / n:.1f}" for r in rows) + " |")
     lines.append("| decode ms per example | " + " | ".join(f"{1e3 * r['wall_s'] / n:.0f}" for r in rows) + " |")
+    if len(rows) == 2:
+        a, b = rows
+        time_ratio = (b["wall_s"] / b["nfe"]) / (a["wall_s"] / a["nfe"])
+        lines += ["", f"Per forward, {b['method']} runs {b['layer_rows'] / a['layer_rows']:.2f}× the layer rows of "
+                  f"{a['method']} (plus {b['kv_rows']:.1f} K/V-only rows against {a['kv_rows']:.1f}) and takes "
+                  f"{time_ratio:.2f}× its time; it needs {a['nfe'] / b['nfe']:.2f}× fewer forwards, so its decode "
+                  f"takes {b['wall_s'] / a['wall_s']:.2f}× as long."]
     return "\n".join(lines) + "\n"
 
 
