@@ -27,7 +27,8 @@ def parser(description: str, n: int, task: str = "arith") -> argparse.ArgumentPa
     p.add_argument("--task", default=task, help="task suite (polestar.tasks)")
     p.add_argument("--gen-length", type=int, default=256)
     p.add_argument("--model", default=None, help="checkpoint directory (default: the embedded model)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads (0: one for a small model on a CPU, else torch's default)")
     p.add_argument("--no-png", action="store_true", help="write no PNG (no chromium needed)")
     return p
 
@@ -36,19 +37,16 @@ _MODELS: dict[str, object] = {}  # loaded once per process (`analysis.drift_figu
 
 
 def setup(args):
-    """Quiet OpenMP, set threads, load the model (once per process); returns it."""
-    from polestar.threads import quiet_openmp
+    """Quiet OpenMP, load the model (once per process), set the decode threads; returns the model."""
+    from polestar.threads import quiet_openmp, set_decode_threads
 
     quiet_openmp()
-    import torch
-
     import polestar
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     path = args.model or polestar.DEFAULT_MODEL
     if path not in _MODELS:
         _MODELS[path] = polestar.load_model(path)
+    set_decode_threads(_MODELS[path], args.threads)
     return _MODELS[path]
 
 

@@ -76,6 +76,8 @@ class ModelHost:
 
                 device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
                 self._model = polestar.load_model(self.path, device=device)
+                # torch's thread count stays: a run here adds the probe's full forward per step, where a second
+                # thread pays (polestar/threads.py)
                 log.info("model %s loaded on %s", self.path, device)
         return self._model
 

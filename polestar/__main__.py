@@ -12,7 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
-from polestar.threads import quiet_openmp
+from polestar.threads import quiet_openmp, set_decode_threads
 
 quiet_openmp()  # before torch loads (polestar.config imports it)
 
@@ -55,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     for p in (gen, bench):
         p.add_argument("--dtype", default=None, help="weights dtype (default: the checkpoint's)")
         p.add_argument("--device", default=None, help="cpu, cuda ... (default: cpu)")
+        p.add_argument("--threads", type=int, default=0,
+                       help="torch threads (0: one for a small model on a CPU, else torch's default; polestar/threads.py)")
         add_config_args(p, DecodeConfig)
     return parser
 
@@ -79,6 +81,7 @@ def _run(args: argparse.Namespace) -> int:
 
         resolve(args.method, **overrides)  # validate before loading weights
         model = polestar.load_model(args.model, dtype=args.dtype, device=args.device)
+        set_decode_threads(model, args.threads)
         result = polestar.generate(model, args.prompt, args.method, raw=args.raw, trace=args.trace_out is not None,
                                    **overrides)
         if args.trace_out is not None:
@@ -103,6 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     part = shard()
     device = args.device or (part.device if part.world > 1 else None)  # one model copy per process
     model = polestar.load_model(args.model, dtype=args.dtype, device=device)
+    set_decode_threads(model, args.threads)
     rows = bench.run_bench(model, suites, args.n, bench.configs_for(methods, overrides),
                            args.seed if args.seed is not None else 0, out=args.out, decode=not args.table_only)
     if rows is None:  # a data-parallel rank other than 0: rank 0 reports

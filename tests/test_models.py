@@ -301,3 +301,22 @@ def test_import_loads_nothing():
 
     code = "import polestar, sys; assert 'torch' not in sys.modules, 'torch imported'; print(polestar.DEFAULT_MODEL)"
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_decode_threads_one_for_a_small_cpu_model_else_torch_default(tmp_path):
+    """A model below SMALL_MODEL_PARAMS on a CPU decodes on one torch thread (polestar/threads.py has the
+    measurements); a count the user asks for wins; a larger model keeps torch's count."""
+    import types
+
+    from polestar.threads import SMALL_MODEL_PARAMS, decode_threads, set_decode_threads
+
+    small = polestar.load_model(write_checkpoint(tmp_path / "m", "llada"))
+    assert decode_threads(small) == 1 and decode_threads(small, requested=3) == 3
+    # parameters as views that own no memory: one element expanded past the threshold
+    large = types.SimpleNamespace(parameters=lambda: iter([torch.zeros(1).expand(SMALL_MODEL_PARAMS)]))
+    assert decode_threads(large) == torch.get_num_threads()
+    before = torch.get_num_threads()
+    try:
+        assert set_decode_threads(small) == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
