@@ -248,3 +248,45 @@ def test_focus_rows_mask_and_score_only_the_computed_digits():
     assert torch.equal(scored[:-1], masked[:-1])
     assert masked[:-1].any(1).float().mean() > 0.8  # ratios t ~ U(0, 1) over ~45 focus tokens: nearly every row
     assert (masked[-1] & ~focus[-1]).any()  # uniform masking where no focus is marked
+
+
+def test_column_probe_sorts_hidden_digits_by_kind():
+    """`evaluate.column_accuracy` hides every computed digit of the drill's columns and scores each kind apart:
+    against a stand-in model that predicts the answer exactly except on product lines, every product kind scores
+    0, every sum and difference kind 1, and the kinds all operations share lie strictly between."""
+    from types import SimpleNamespace
+
+    from polestar.api import chat_prompt_ids
+    from polestar.train.evaluate import column_accuracy
+
+    embedded = polestar.load_model(polestar.DEFAULT_MODEL)
+    tok = embedded.tokenizer
+    n, seed = 6, 11
+    truths = {}  # prompt ids -> the full unmasked canvas, as column_accuracy lays it out
+    for ex in tasks.make("arith-drill", n, seed, split="train"):
+        prompt, answer = chat_prompt_ids(tok, ex.prompt), tok(ex.answer, add_special_tokens=False).input_ids
+        truths[tuple(prompt)] = (len(prompt), ex.answer, torch.tensor(prompt + answer + [1] * 8))
+
+    def forward(canvas):
+        for prompt, (p, answer, truth) in truths.items():
+            if tuple(canvas[0, :p].tolist()) == prompt:
+                break
+        logits = torch.nn.functional.one_hot(truth, len(tok)).float().unsqueeze(0)
+        line = 0
+        for j, piece in enumerate(tok.convert_ids_to_tokens(truth[p:].tolist())):
+            if "*" in answer.split("\n")[min(line, answer.count("\n"))]:
+                logits[0, p + j] = logits[0, p + j].roll(1)  # wrong on every token of a product line
+            line += piece.count("Ċ") + piece.count("\n")
+        return logits
+
+    class Oracle(SimpleNamespace):
+        def __call__(self, canvas):
+            return forward(canvas)
+
+    model = Oracle(tokenizer=tok, mask_id=embedded.mask_id, eos_id=1, device="cpu")
+    scores = column_accuracy(model, n, seed)
+    assert scores["one_digit_product"] == 0 and all(scores[f"product_digit_col{c}"] == 0 for c in range(3))
+    assert all(scores[f"{op}_digit_col{c}"] == 1 for op in ("sum", "difference") for c in range(3)
+               if f"{op}_digit_col{c}" in scores)
+    assert any(k.startswith("sum_") for k in scores) and any(k.startswith("difference_") for k in scores)
+    assert 0 < scores["carry_in"] < 1 and 0 < scores["digit_col0"] < 1
