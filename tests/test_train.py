@@ -216,7 +216,7 @@ def test_block_causal_rows_mask_a_clean_prefix_one_block_and_all_after():
 def test_focus_rows_mask_and_score_only_the_computed_digits():
     """With focus_rows=1 every row that has focus tokens masks only those (each with its ratio t) and scores
     exactly what it masked; a row without focus tokens keeps uniform masking. The drill's focus is every column's
-    carry-in, carry-out and written digit."""
+    carry-in, carry-out and written digit, and a product column's two product digits."""
     from transformers import PreTrainedTokenizerFast
 
     import polestar
@@ -228,7 +228,9 @@ def test_focus_rows_mask_and_score_only_the_computed_digits():
                         task_names=("arith-drill",)).batch(0)
     row = batch.ids[0][batch.focus[0]]
     ex_digits = "".join(tok.decode(row))
-    assert ex_digits.isdigit() and len(ex_digits) == 3 * 3 * tok.decode(batch.ids[0]).count(":")  # 3 per column
+    answer = tok.decode(batch.ids[0][batch.response[0]], skip_special_tokens=True)
+    # 3 per column (carry-in, carry-out, digit), and a product column's own two digits
+    assert ex_digits.isdigit() and len(ex_digits) == 3 * 3 * answer.count(":") + 3 * 2 * answer.count(" * ")
     assert TaskBatcher(tok, 0, 3, 2048, (256,), ("lists",)).batch(0).focus is None
 
     class Recorder(torch.nn.Module):
