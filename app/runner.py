@@ -46,6 +46,7 @@ class ModelHost:
     inline: bool = False
     _load_lock: threading.Lock = field(default_factory=threading.Lock)
     _model: object = None
+    cpu_threads: int = 1  # torch's thread count when the model loaded: the most a run on the CPU uses
     _worker: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="model"))
 
@@ -76,8 +77,9 @@ class ModelHost:
 
                 device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
                 self._model = polestar.load_model(self.path, device=device)
-                # torch's thread count stays: a run here adds the probe's full forward per step, where a second
-                # thread pays (polestar/threads.py)
+                # torch's thread count is the most a run uses: a run adds the probe's full forward per step, where
+                # a second thread pays, and takes fewer while other processes keep cores busy (polestar/threads.py)
+                self.cpu_threads = torch.get_num_threads()
                 log.info("model %s loaded on %s", self.path, device)
         return self._model
 
@@ -86,9 +88,12 @@ def stream_run(host: ModelHost, prompt: str, cfg: DecodeConfig, label: str, stop
                probe: bool = True, frame_s: float = FRAME_S) -> Iterator[RunRecord]:
     """Yield the growing RunRecord while the decode runs (throttled), then the finished one. Errors from the
     decoder (bad input) are re-raised in the caller's thread."""
+    import torch
+
     import polestar
     from polestar.api import encode_prompt
     from polestar.probe import AttentionProbe
+    from polestar.threads import threads_for_load
 
     model = host.submit(host.get).result()
     ids = host.submit(lambda: encode_prompt(model, prompt)).result()  # torch stays on the model thread
@@ -110,6 +115,8 @@ def stream_run(host: ModelHost, prompt: str, cfg: DecodeConfig, label: str, stop
 
     def work() -> None:
         try:
+            if model.device.type == "cpu":  # fewer threads while other processes keep cores busy
+                torch.set_num_threads(threads_for_load(host.cpu_threads))
             # the probe's forward over the canvas after step t is the staleness reference of step t + 1
             result = polestar.generate(model, ids, cfg, on_step=on_step,
                                        staleness_reference=probe_fn.reference if probe_fn is not None else None)

@@ -16,12 +16,15 @@ one core busy 9.3 s against 8.6 s and 13.5 s against 9.9 s. So a decode of a mod
 on one torch thread (`decode_threads`: the CLI, the bench, the analysis scripts); an 8B checkpoint's operations are
 thousands of times larger and keep every thread. The app keeps torch's count: its runs add the analysis probe, a
 full forward over the whole canvas per step, where the second thread pays (the app's default example with its
-frames, three runs each, idle: 8.2–10.1 s with 2 threads against 9.4–12.6 s with 1).
+frames, three runs each, idle: 8.2–10.1 s with 2 threads against 9.4–12.6 s with 1), unless another process keeps
+a core busy (the same decode and probe: 10.2–11.4 s with 2 against 9.4–9.7 s with 1): so each run starts with
+`threads_for_load`, the threads left after what other processes used over the last 0.1 s.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 SMALL_MODEL_PARAMS = 50_000_000  # below this, one torch thread decodes fastest on a CPU (module docstring)
 
@@ -50,3 +53,37 @@ def set_decode_threads(model, requested: int = 0) -> int:
     threads = decode_threads(model, requested)
     torch.set_num_threads(threads)
     return threads
+
+
+def _cpu_seconds() -> tuple[float, float] | None:
+    """(busy CPU seconds of the whole machine, CPU seconds of this process) so far; None without /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + fields[4]
+    own = os.times()
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK"), own.user + own.system
+
+
+def others_busy_cores(interval: float = 0.1) -> float | None:
+    """Cores that other processes kept busy over the next `interval` seconds (the machine's busy time minus this
+    process's, per second); None where the machine does not say (no /proc/stat)."""
+    before = _cpu_seconds()
+    time.sleep(interval)
+    after = _cpu_seconds()
+    if before is None or after is None:
+        return None
+    return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / interval
+
+
+def threads_for_load(available: int, interval: float = 0.1) -> int:
+    """Torch threads for work starting now: `available` less the cores other processes keep busy (rounded), at
+    least 1; `available` where the load cannot be read. A busy core would make every parallel operation wait for
+    the thread that shares it (module docstring)."""
+    busy = others_busy_cores(interval)
+    if busy is None:
+        return available
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(available, cores - round(busy)))

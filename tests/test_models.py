@@ -320,3 +320,33 @@ def test_decode_threads_one_for_a_small_cpu_model_else_torch_default(tmp_path):
         assert set_decode_threads(small) == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_threads_for_load_leaves_the_cores_other_processes_keep_busy(monkeypatch):
+    """A run on a 2-core CPU takes both threads when the machine is idle, one when another process keeps a core busy
+    (its own CPU time does not count as another's), and the count it was given where the load cannot be read."""
+    import os
+
+    from polestar import threads
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(threads.time, "sleep", lambda s: None)
+
+    def machine(busy: float, own: float):
+        readings = iter([(100.0, 50.0), (100.0 + busy, 50.0 + own)])  # (machine busy s, own s) before and after
+        monkeypatch.setattr(threads, "_cpu_seconds", lambda: next(readings))
+
+    machine(busy=0.0, own=0.0)
+    assert threads.threads_for_load(2, interval=0.1) == 2
+    machine(busy=0.1, own=0.0)  # another process: one core for the whole 0.1 s
+    assert threads.threads_for_load(2, interval=0.1) == 1
+    machine(busy=0.2, own=0.2)  # only this process was busy
+    assert threads.threads_for_load(2, interval=0.1) == 2
+    machine(busy=0.3, own=0.0)  # more than the cores: still one thread
+    assert threads.threads_for_load(2, interval=0.1) == 1
+    monkeypatch.setattr(threads, "_cpu_seconds", lambda: None)
+    assert threads.threads_for_load(2, interval=0.1) == 2
+    assert threads.others_busy_cores(0.0) is None
+    monkeypatch.undo()
+    if Path("/proc/stat").exists():  # the real reading parses
+        assert threads.others_busy_cores(0.05) >= 0
