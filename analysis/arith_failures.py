@@ -24,6 +24,15 @@ from polestar.tasks.arith import padded, scratchpad
 LINE = re.compile(r"^(?P<restatement>.*?)\s*(?P<x>\d+) (?P<op>[-+*]) (?P<b>\d+): (?P<columns>.*?) so (?P<y>\d+)\s*$")
 
 
+_PRODUCT_COLUMN = re.compile(r"(\d)\*(\d)=\d\d\+(\d)=(\d\d)")
+
+
+def earlier_layout(columns: str) -> str:
+    """A line's column chunks as weights trained before 2026-12-02 write them: a product column `a*m+c=ds` (the
+    one-digit product not written), other columns unchanged. The shipped v3 weights write this layout."""
+    return _PRODUCT_COLUMN.sub(r"\1*\2+\3=\4", columns)
+
+
 def first_error(reference: str, completion: str) -> str | None:
     """The kind of the first error of `completion` against the reference answer (None: no error found)."""
     want = [LINE.match(line) for line in reference.split("\n")[:-1]]
@@ -42,7 +51,7 @@ def first_error(reference: str, completion: str) -> str | None:
         if line["op"] != ref["op"] or int(line["b"]) != int(ref["b"]):
             return "event"
         columns, result = scratchpad(int(line["x"]), line["op"], int(line["b"]))
-        if line["columns"] != columns:
+        if line["columns"] not in (columns, earlier_layout(columns)):
             return "columns"
         if int(line["y"]) != result:
             return "result"

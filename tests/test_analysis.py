@@ -61,7 +61,7 @@ def _numeric(v: str) -> bool:
 
 
 def test_arith_failures_names_the_first_error_of_each_wrong_answer():
-    from analysis.arith_failures import classify, first_error
+    from analysis.arith_failures import classify, earlier_layout, first_error
     from polestar import tasks
 
     ex = tasks.make("arith", 1, 0)[0]
@@ -80,3 +80,9 @@ def test_arith_failures_names_the_first_error_of_each_wrong_answer():
     rows = [{"prompt": ex.prompt, "completion": reworded, "correct": True},
             {"prompt": ex.prompt, "completion": lines[0], "correct": False}]
     assert classify(rows) == {"n": 2, "wrong": 1, "first_error": {"lines": 1}, "right_with_a_wrong_restatement": 1}
+    # a product line in the layout the shipped weights were trained on (`a*m+c=ds`) is right, not a column error
+    product = tasks.make("arith", 40, 0)
+    ex = next(e for e in product if " * " in e.answer)
+    assert earlier_layout("9*9=81+0=81 1*9=09+8=17 0*9=00+1=01") == "9*9+0=81 1*9+8=17 0*9+1=01"
+    old = "\n".join(earlier_layout(line) for line in ex.answer.split("\n"))
+    assert old != ex.answer and first_error(ex.answer, old) is None
