@@ -109,7 +109,8 @@ def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None, selected: in
         z = np.stack([d[layer] for d in rec.drift[:t]], axis=1).astype(np.float32)  # [G, steps]
         vmax = float(np.nanpercentile(np.stack([d[layer] for d in rec.drift]), 99)) or 1e-6
         fig.add_trace(go.Heatmap(z=z, x=np.arange(1, t + 1), zmin=0, zmax=vmax, colorscale="Viridis",
-                                 colorbar=dict(title="KL", x=0.535 if clusters is not None else 1.0, thickness=10),
+                                 colorbar=dict(title="KL", x=DRIFT_DOMAINS[0][1] + 0.02 if clusters is not None else 1.0,
+                                                 thickness=10),
                                  hovertemplate="step %{x}<br>pos %{y}<br>KL %{z:.3g}<extra></extra>"))
         steps, _ = rec.commit_info()
         done = (steps > 0) & (steps <= t)
@@ -123,12 +124,14 @@ def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None, selected: in
         fig.add_trace(go.Heatmap(z=clusters, x=np.arange(1, clusters.shape[1] + 1), colorscale="Magma",
                                  colorbar=dict(title="KL", x=1.02, thickness=10), xaxis="x2", yaxis="y2",
                                  hovertemplate="step %{x}<br>cluster %{y}<br>KL %{z:.3g}<extra></extra>"))
-        fig.update_layout(yaxis2_title="cluster", xaxis2_title="step")
+        # no y title: the panel title names the clusters, and a title would crowd the colour bar beside it
+        fig.update_layout(xaxis2_title="step")
     fig.update_layout(yaxis=dict(title="generated position", autorange="reversed"), xaxis_title="step")
     return style(fig, f"Attention drift — layer {layer}", 420, "drift")
 
 
-DRIFT_DOMAINS = ((0.0, 0.52), (0.68, 1.0))  # token drift | cluster drift, with room between for a colour bar
+DRIFT_DOMAINS = ((0.0, 0.46), (0.74, 1.0))  # token drift | cluster drift; between them its colour bar, then
+# the cluster axis (at the app's ~400 px panel width the bar and the cluster ticks overlapped at 0.52 | 0.68)
 
 
 def _panel_title(text: str, x: float) -> dict:
