@@ -109,8 +109,8 @@ def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None, selected: in
         z = np.stack([d[layer] for d in rec.drift[:t]], axis=1).astype(np.float32)  # [G, steps]
         vmax = float(np.nanpercentile(np.stack([d[layer] for d in rec.drift]), 99)) or 1e-6
         fig.add_trace(go.Heatmap(z=z, x=np.arange(1, t + 1), zmin=0, zmax=vmax, colorscale="Viridis",
-                                 colorbar=dict(title="KL", x=DRIFT_DOMAINS[0][1] + 0.02 if clusters is not None else 1.0,
-                                                 thickness=10),
+                                 colorbar=dict(title="KL", thickness=10,
+                                               x=DRIFT_DOMAINS[0][1] + 0.02 if clusters is not None else 1.0),
                                  hovertemplate="step %{x}<br>pos %{y}<br>KL %{z:.3g}<extra></extra>"))
         steps, _ = rec.commit_info()
         done = (steps > 0) & (steps <= t)

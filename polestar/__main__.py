@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--dtype", default=None, help="weights dtype (default: the checkpoint's)")
         p.add_argument("--device", default=None, help="cpu, cuda ... (default: cpu)")
         p.add_argument("--threads", type=int, default=0,
-                       help="torch threads (0: one for a small model on a CPU, else torch's default; polestar/threads.py)")
+                       help="torch threads (0: one for a small model on a CPU, else torch's default; "
+                            "polestar/threads.py)")
         add_config_args(p, DecodeConfig)
     return parser
 

@@ -86,7 +86,8 @@ def column_accuracy(model, n: int, seed: int) -> dict:
     and written digit), one forward per example, and count the argmax hits per kind, the written digits also per
     operation (`sum_`, `difference_`, `product_digit_col0`…). The units column's digit depends only on its two
     visible operand digits (its carry-in is always 0): its accuracy is the share of one-digit facts the model knows
-    (chance is about 10 %). Training examples are drawn (the drill has no held-out use), with a seed training never uses."""
+    (chance is about 10 %). Training examples are drawn (the drill has no held-out use), with a seed training
+    never uses."""
     tok = model.tokenizer
     hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for ex in tasks.make("arith-drill", n, seed, split="train"):
