@@ -97,6 +97,6 @@ def build_compare_tab(demo: gr.Blocks, host: ModelHost, default_prompt: str) -> 
             summary = gr.JSON(label="Diff")
     button.click(on_gpu(compare), [prompt, method_a, method_b, gen_length, seed],
                  [canvas_a, canvas_b, overlay, shift, summary, playhead], api_name="compare", concurrency_limit=2)
-    playhead.change(move, playhead, [canvas_a, canvas_b, overlay], api_name="compare_playhead",
-                    show_progress="hidden")
+    playhead.input(move, playhead, [canvas_a, canvas_b, overlay], api_name="compare_playhead",  # user moves only
+                   show_progress="hidden")
     demo.unload(forget)

@@ -403,7 +403,9 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
     reset_btn.click(reset, None, [*panels, metrics, status, playhead], api_name="reset")
     view_inputs = [playhead, layer, positions, selected]
     step_btn.click(step, view_inputs, [*panels, playhead], api_name="step")
-    playhead.change(move, view_inputs, panels, api_name="playhead", show_progress="hidden")
+    # `.input`: the user's moves only. Every handler that sets the playhead draws its panels itself, and a `.change`
+    # queued by a streamed frame could land after the run's last frame and redraw an earlier step over it
+    playhead.input(move, view_inputs, panels, api_name="playhead", show_progress="hidden")
     layer.change(move, view_inputs, panels, api_name=False)  # drags and typed numbers
     positions.submit(move, view_inputs, panels, api_name=False)
     # a typed number, or a click on a canvas cell (SELECT_ON_CLICK writes the cell's position into the field)
