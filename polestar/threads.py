@@ -18,7 +18,8 @@ thousands of times larger and keep every thread. The app keeps torch's count: it
 full forward over the whole canvas per step, where the second thread pays (the app's default example with its
 frames, three runs each, idle: 8.2–10.1 s with 2 threads against 9.4–12.6 s with 1), unless another process keeps
 a core busy (the same decode and probe: 10.2–11.4 s with 2 against 9.4–9.7 s with 1): so each run starts with
-`threads_for_load`, the threads left after what other processes used over the last 0.1 s.
+`threads_for_load`, the threads left after what other processes used over the next 0.05 s (five 10 ms clock
+ticks per core: enough to tell a busy core from an idle one).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def _cpu_seconds() -> tuple[float, float] | None:
     return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK"), own.user + own.system
 
 
-def others_busy_cores(interval: float = 0.1) -> float | None:
+def others_busy_cores(interval: float = 0.05) -> float | None:
     """Cores that other processes kept busy over the next `interval` seconds (the machine's busy time minus this
     process's, per second); None where the machine does not say (no /proc/stat)."""
     before = _cpu_seconds()
@@ -78,7 +79,7 @@ def others_busy_cores(interval: float = 0.1) -> float | None:
     return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / interval
 
 
-def threads_for_load(available: int, interval: float = 0.1) -> int:
+def threads_for_load(available: int, interval: float = 0.05) -> int:
     """Torch threads for work starting now: `available` less the cores other processes keep busy (rounded), at
     least 1; `available` where the load cannot be read. A busy core would make every parallel operation wait for
     the thread that shares it (module docstring)."""
