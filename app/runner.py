@@ -77,9 +77,7 @@ class ModelHost:
 
                 device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
                 self._model = polestar.load_model(self.path, device=device)
-                # torch's thread count is the most a run uses: a run adds the probe's full forward per step, where
-                # a second thread pays, and takes fewer while other processes keep cores busy (polestar/threads.py)
-                self.cpu_threads = torch.get_num_threads()
+                self.cpu_threads = torch.get_num_threads()  # a run's probe gains from them (polestar/threads.py)
                 log.info("model %s loaded on %s", self.path, device)
         return self._model
 
