@@ -216,6 +216,9 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
                 yield (*_panels(rec, None, *shown, live=not rec.done), metrics, status, slider)
         except PolestarError as exc:
             raise gr.Error(str(exc)) from None
+        finally:  # Stop now has nothing to stop
+            if stops.get(session) is stop:
+                stops.pop(session)
 
     def move(t: float, layer: float, positions: str, selected: str, request: gr.Request):
         shown = view(layer, positions, selected)
@@ -232,16 +235,20 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
         t = min(int(t) + 1, rec.n_steps)
         return (*_panels(rec, t, *shown), gr.Slider(value=t))
 
-    def stop_run(request: gr.Request):
+    def stop_run(request: gr.Request) -> None:
+        # no output: the run's own last frame says "stopped at step N" within a step of this, and a status
+        # written here could reach the browser after that frame and stay there
         flag = stops.get(request.session_hash)
         if flag is None:
-            return "nothing is running"
+            gr.Info("Nothing is running: Stop ends a run of this page that is still decoding.")
+            return
         flag.set()
-        return "stopping…"
 
     def forget(request: gr.Request):
         records.pop(request.session_hash, None)
-        stops.pop(request.session_hash, None)
+        flag = stops.pop(request.session_hash, None)
+        if flag is not None:  # the page is gone: its run stops instead of keeping the model busy
+            flag.set()
 
     def reset(request: gr.Request):
         records.pop(request.session_hash, None)
@@ -399,7 +406,7 @@ def build_run_tab(demo: gr.Blocks, host: ModelHost, examples: list, n_layers: in
                   [*panels, metrics, status, playhead], api_name="run", show_progress="hidden",
                   concurrency_limit=4, preprocess=False)  # raw values: _config names a bad field itself
     # no `cancels`: the flag stops the decode within one step and the run then yields its final frame
-    stop_btn.click(stop_run, None, status, api_name="stop")
+    stop_btn.click(stop_run, None, None, api_name="stop")
     reset_btn.click(reset, None, [*panels, metrics, status, playhead], api_name="reset")
     view_inputs = [playhead, layer, positions, selected]
     step_btn.click(step, view_inputs, [*panels, playhead], api_name="step")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.nvfp4 import nvfp4_dequantize_reference, resolve_impl
+from kernels.nvfp4 import nvfp4_dequantize_reference, nvfp4_dequantize_torch, resolve_impl
 
 BLOCK_G = 64
 
@@ -24,8 +24,8 @@ def gather_dequantize_reference(codes, scales, tensor_scale, anchors, anchor_ind
 
 def gather_dequantize(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Tensor, anchors: torch.Tensor,
                       anchor_index: torch.Tensor, rows: torch.Tensor, impl: str = "auto") -> torch.Tensor:
-    if resolve_impl(impl, codes.device) == "torch":
-        return gather_dequantize_reference(codes, scales, tensor_scale, anchors, anchor_index, rows)
+    if resolve_impl(impl, codes.device) == "torch":  # the reference's bits, through the table-lookup dequantize
+        return nvfp4_dequantize_torch(codes[rows], scales[rows], tensor_scale) + anchors[anchor_index[rows]]
     channels = codes.shape[1] * 2
     groups_per_row = channels // 16
     out = torch.empty(len(rows), channels, dtype=torch.float32, device=codes.device)

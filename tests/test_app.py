@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -49,6 +50,22 @@ def test_run_streams_and_ends_with_metrics(client):
     assert waiting and all(f["layout"]["annotations"][0]["text"] == "drawn when the run ends" for f in waiting)
     end = _figure(updates[-1][3])
     assert end["layout"]["title"]["text"] == "KV staleness against a full recompute" and end["data"]
+
+
+def test_stop_ends_the_run_and_its_last_frame_says_where(client):
+    from gradio_client import Client
+
+    own = Client(client.src, verbose=False)  # a session of its own: Stop acts on its session's run
+    assert own.predict(api_name="/stop") == ()  # nothing running: a notice, no error, no output
+    job = own.submit("Copy the list: 4 8 15 16", method="baseline", api_name="/run")  # 256 one-token steps
+    deadline = time.monotonic() + 60
+    while not job.outputs() and time.monotonic() < deadline:  # its first streamed frame
+        time.sleep(0.05)
+    own.predict(api_name="/stop")
+    updates = list(job)
+    steps = int(updates[-1][6].removeprefix("stopped at step "))
+    assert updates[-1][6] == f"stopped at step {steps}" and 1 <= steps < 256
+    assert _metrics(updates[-1])["stopped"] is True
 
 
 def test_only_the_prompt_is_required(client):

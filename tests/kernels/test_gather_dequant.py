@@ -19,8 +19,10 @@ def test_matches_reference(n, channels, m):
     rows = torch.randperm(n, generator=g)[:m]
     got = gather_dequantize(codes, scales, s, anchors, anchor_index, rows, impl="triton")
     ref = gather_dequantize_reference(codes, scales, s, anchors, anchor_index, rows)
-    # kernel and reference both compute e2m1 · (s_g · S) + anchor in fp32 in the same order: equal bits
+    # kernel, table-lookup torch path and reference all compute e2m1 · (s_g · S) + anchor in fp32 in the same
+    # order: equal bits
     assert torch.equal(got, ref)
+    assert torch.equal(gather_dequantize(codes, scales, s, anchors, anchor_index, rows, impl="torch"), ref)
     assert got.shape == (m, channels)
     if m:
         assert (got - x[rows]).norm() <= 0.2 * (x[rows] - anchors[anchor_index[rows]]).norm()

@@ -10,6 +10,7 @@ from kernels.nvfp4 import (
     e4m3_encode_reference,
     nvfp4_dequantize,
     nvfp4_dequantize_reference,
+    nvfp4_dequantize_torch,
     nvfp4_quantize,
     nvfp4_quantize_reference,
 )
@@ -68,3 +69,17 @@ def test_bad_input():
         nvfp4_quantize(torch.zeros(2, 20))
     with pytest.raises(ValueError, match="impl must be"):
         nvfp4_quantize(torch.zeros(2, 16), impl="cuda")
+
+
+def test_table_lookup_dequantize_has_the_reference_bits_for_every_byte():
+    """Every code byte against every E4M3 scale pattern (NaN patterns included, compared as bits), under a
+    tensor scale that is not a power of two: the fast torch path is the reference, only cheaper."""
+    every = torch.arange(256, dtype=torch.uint8)
+    codes = every.reshape(2, 128).repeat(256, 1)  # rows 2p and 2p + 1: bytes 0–127 and 128–255 ...
+    scales = every.repeat_interleave(2).reshape(512, 1).expand(512, 16).contiguous()  # ... both under pattern p
+    s = torch.tensor(0.0123)
+    got = nvfp4_dequantize_torch(codes, scales, s)
+    ref = nvfp4_dequantize_reference(codes, scales, s)
+    assert torch.equal(got.view(torch.int32), ref.view(torch.int32))
+    assert torch.equal(nvfp4_dequantize(codes, scales, s, impl="torch").view(torch.int32), ref.view(torch.int32))
+    assert torch.isnan(ref).any() and (ref == 0).any() and (ref < 0).any()  # the probe covers NaN, zero, sign
