@@ -2,13 +2,16 @@
 
 Every figure sets `uirevision` so zoom and pan survive streamed updates, fixes its height and margins, and
 sends numpy float32 / int arrays (plotly encodes them as compact typed arrays).
+
+The views a run streams are written as plain trace and layout dicts and wrapped unvalidated (`_figure`):
+building them through plotly's validated setters (`update_layout`, `update_xaxes`, magic-underscore paths) cost
+~0.1 s a figure on a 2-core CPU, the most of a frame, and frames share the CPU with the decode.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from app.record import REASONS, RunRecord
 
@@ -33,18 +36,47 @@ AXIS_TITLE_SPACE = 70  # px under a plot's area taken by its tick labels and x-a
 LEGEND_SPACE = 145  # bottom margin of a figure with a legend: the axis title plus three legend rows
 
 
-def style(fig: go.Figure, title: str, height: int, key: str, legend: bool = False) -> go.Figure:
-    """Shared look. A light style set by hand on the empty "none" template: a named template such as
-    plotly_white is deep-copied into every figure (about 10 ms and 6 KB per figure per streamed frame)."""
+AXIS = dict(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
+
+
+def _layout(title: str, height: int, key: str, legend: bool = False, **parts) -> dict:
+    """Shared look as a layout dict; `parts` are further layout entries, axes (`xaxis`, `yaxis2`…) getting the
+    shared axis colours under their own settings. A light style set by hand on an empty template: a named
+    template such as plotly_white is deep-copied into every figure (about 10 ms and 6 KB per figure per frame)."""
     bottom = LEGEND_SPACE if legend else 40
-    fig.update_layout(title=title, height=height, margin=dict(l=50, r=20, t=40, b=bottom),
-                      uirevision=key, showlegend=legend,
-                      template="none", plot_bgcolor="white", paper_bgcolor="white",
-                      font=dict(family="Inter, Helvetica, Arial, sans-serif", size=12, color="#2a3f5f"),
-                      # below the tick labels and the x-axis title: y is a fraction of the plot area's height
-                      legend=dict(orientation="h", yanchor="top", y=-AXIS_TITLE_SPACE / (height - 40 - bottom)))
-    fig.update_xaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
-    fig.update_yaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
+    layout = dict(title=dict(text=title), height=height, margin=dict(l=50, r=20, t=40, b=bottom),
+                  uirevision=key, showlegend=legend, template={}, plot_bgcolor="white", paper_bgcolor="white",
+                  font=dict(family="Inter, Helvetica, Arial, sans-serif", size=12, color="#2a3f5f"),
+                  # below the tick labels and the x-axis title: y is a fraction of the plot area's height
+                  legend=dict(orientation="h", yanchor="top", y=-AXIS_TITLE_SPACE / (height - 40 - bottom)),
+                  xaxis=dict(AXIS), yaxis=dict(AXIS))
+    for name, part in parts.items():
+        layout[name] = {**AXIS, **part} if name.startswith(("xaxis", "yaxis")) else part
+    return layout
+
+
+def _figure(data: list[dict], layout: dict) -> go.Figure:
+    """A figure from plain dicts, unvalidated (each trace names its `type`; titles are `dict(text=…)`)."""
+    return go.Figure(data=data, layout=layout, _validate=False)
+
+
+def _title(text: str) -> dict:
+    return dict(text=text)
+
+
+def _scale(name: str) -> list:
+    """A named plotly.py colour scale as its stops (plotly.js knows Viridis but not Magma; stops work in both)."""
+    from plotly.colors import get_colorscale
+
+    return get_colorscale(name)
+
+
+def style(fig: go.Figure, title: str, height: int, key: str, legend: bool = False) -> go.Figure:
+    """The shared look on a figure built through plotly's API (the sweep and compare views)."""
+    # a validated figure already holds plotly's default template: name the empty one to replace it (a {} merges)
+    fig.update_layout(_layout(title, height, key, legend) | dict(template="none"))
+    fig.update_xaxes(AXIS)
+    fig.update_yaxes(AXIS)
     return fig
 
 
@@ -78,19 +110,21 @@ def token_canvas(rec: RunRecord, t: int | None = None, selected: int | None = No
     ]).reshape(rows, b)
     n = len(REASONS)
     scale = [[v, COLOURS[name]] for i, name in enumerate(REASONS) for v in (i / n, (i + 1) / n)]
-    fig = go.Figure(go.Heatmap(
-        z=z, zmin=0, zmax=n, colorscale=scale, text=text, texttemplate="%{text}" if z.size <= 1024 else None,
-        textfont=dict(size=9), customdata=hover, hovertemplate="%{customdata}<extra></extra>", xgap=1, ygap=3,
-        colorbar=dict(tickvals=[i + 0.5 for i in range(n)], ticktext=list(REASONS), len=0.9),
-    ))
-    fig.update_yaxes(autorange="reversed", title="block", tickvals=list(range(rows)))
-    fig.update_xaxes(title="offset in block")
+    heatmap = dict(type="heatmap", z=z, zmin=0, zmax=n, colorscale=scale, text=text.tolist(), textfont=dict(size=9),
+                   customdata=hover.tolist(), hovertemplate="%{customdata}<extra></extra>", xgap=1, ygap=3,
+                   colorbar=dict(tickvals=[i + 0.5 for i in range(n)], ticktext=list(REASONS), len=0.9))
+    if z.size <= 1024:  # cell labels: unreadable and slow to draw on a larger canvas
+        heatmap["texttemplate"] = "%{text}"
+    shapes = []
     if (p := _chosen(rec, selected)) is not None:
         row, col = divmod(p, b)
-        fig.add_shape(type="rect", x0=col - 0.5, x1=col + 0.5, y0=row - 0.5, y1=row + 0.5,
-                      line=dict(color=SELECTED, width=3))
+        shapes.append(dict(type="rect", x0=col - 0.5, x1=col + 0.5, y0=row - 0.5, y1=row + 0.5,
+                           line=dict(color=SELECTED, width=3)))
     # at least 280 px: the colour bar names seven reasons, which a short canvas (few blocks) would squeeze together
-    return style(fig, f"Token canvas — step {t}/{rec.n_steps}", max(280, 120 + 26 * rows), "canvas")
+    return _figure([heatmap], _layout(
+        f"Token canvas — step {t}/{rec.n_steps}", max(280, 120 + 26 * rows), "canvas", shapes=shapes,
+        yaxis=dict(autorange="reversed", title=_title("block"), tickvals=list(range(rows))),
+        xaxis=dict(title=_title("offset in block"))))
 
 
 def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None, selected: int | None = None) -> go.Figure:
@@ -99,35 +133,37 @@ def drift_heatmap(rec: RunRecord, layer: int, t: int | None = None, selected: in
     run has it."""
     t = rec.n_steps if t is None else t
     clusters = _cluster_drift(rec, layer, t)
-    fig = go.Figure()
+    data, shapes = [], []
+    parts: dict = dict(yaxis=dict(title=_title("generated position"), autorange="reversed"),
+                       xaxis=dict(title=_title("step")))
     if clusters is not None:  # two panels side by side, laid out by hand (make_subplots costs ~25 ms a frame)
-        fig.update_layout(xaxis=dict(domain=DRIFT_DOMAINS[0]), xaxis2=dict(domain=DRIFT_DOMAINS[1], anchor="y2"),
-                          yaxis2=dict(anchor="x2"),
-                          annotations=[_panel_title(text, sum(domain) / 2)
-                                       for text, domain in zip(("token drift", "cluster drift"), DRIFT_DOMAINS)])
+        parts["xaxis"]["domain"] = DRIFT_DOMAINS[0]
+        # no y title on the cluster panel: its panel title names the clusters, and a title would crowd the
+        # colour bar beside it
+        parts.update(xaxis2=dict(domain=DRIFT_DOMAINS[1], anchor="y2", title=_title("step")),
+                     yaxis2=dict(anchor="x2"),
+                     annotations=[_panel_title(text, sum(domain) / 2)
+                                  for text, domain in zip(("token drift", "cluster drift"), DRIFT_DOMAINS)])
     if rec.drift and t > 0:
         z = np.stack([d[layer] for d in rec.drift[:t]], axis=1).astype(np.float32)  # [G, steps]
         vmax = float(np.nanpercentile(np.stack([d[layer] for d in rec.drift]), 99)) or 1e-6
-        fig.add_trace(go.Heatmap(z=z, x=np.arange(1, t + 1), zmin=0, zmax=vmax, colorscale="Viridis",
-                                 colorbar=dict(title="KL", thickness=10,
-                                               x=DRIFT_DOMAINS[0][1] + 0.02 if clusters is not None else 1.0),
-                                 hovertemplate="step %{x}<br>pos %{y}<br>KL %{z:.3g}<extra></extra>"))
+        data.append(dict(type="heatmap", z=z, x=np.arange(1, t + 1), zmin=0, zmax=vmax, colorscale=_scale("Viridis"),
+                         colorbar=dict(title=_title("KL"), thickness=10,
+                                       x=DRIFT_DOMAINS[0][1] + 0.02 if clusters is not None else 1.0),
+                         hovertemplate="step %{x}<br>pos %{y}<br>KL %{z:.3g}<extra></extra>"))
         steps, _ = rec.commit_info()
         done = (steps > 0) & (steps <= t)
-        fig.add_trace(go.Scatter(x=steps[done], y=np.nonzero(done)[0], mode="markers", name="commit",
-                                 marker=dict(symbol="x", size=5, color="white", line=dict(width=1))))
+        data.append(dict(type="scatter", x=steps[done], y=np.nonzero(done)[0], mode="markers", name="commit",
+                         marker=dict(symbol="x", size=5, color="white", line=dict(width=1))))
         if (p := _chosen(rec, selected)) is not None:
             # white, dashed: black would vanish on Viridis' dark end
-            fig.add_shape(type="rect", x0=0.5, x1=t + 0.5, y0=p - 0.5, y1=p + 0.5, xref="x", yref="y",
-                          line=dict(color="white", width=2, dash="dash"))
+            shapes.append(dict(type="rect", x0=0.5, x1=t + 0.5, y0=p - 0.5, y1=p + 0.5, xref="x", yref="y",
+                               line=dict(color="white", width=2, dash="dash")))
     if clusters is not None:
-        fig.add_trace(go.Heatmap(z=clusters, x=np.arange(1, clusters.shape[1] + 1), colorscale="Magma",
-                                 colorbar=dict(title="KL", x=1.02, thickness=10), xaxis="x2", yaxis="y2",
-                                 hovertemplate="step %{x}<br>cluster %{y}<br>KL %{z:.3g}<extra></extra>"))
-        # no y title: the panel title names the clusters, and a title would crowd the colour bar beside it
-        fig.update_layout(xaxis2_title="step")
-    fig.update_layout(yaxis=dict(title="generated position", autorange="reversed"), xaxis_title="step")
-    return style(fig, f"Attention drift — layer {layer}", 420, "drift")
+        data.append(dict(type="heatmap", z=clusters, x=np.arange(1, clusters.shape[1] + 1), colorscale=_scale("Magma"),
+                         colorbar=dict(title=_title("KL"), x=1.02, thickness=10), xaxis="x2", yaxis="y2",
+                         hovertemplate="step %{x}<br>cluster %{y}<br>KL %{z:.3g}<extra></extra>"))
+    return _figure(data, _layout(f"Attention drift — layer {layer}", 420, "drift", shapes=shapes, **parts))
 
 
 DRIFT_DOMAINS = ((0.0, 0.46), (0.74, 1.0))  # token drift | cluster drift; between them its colour bar, then
@@ -156,9 +192,7 @@ def commit_timeline(rec: RunRecord, t: int | None = None, selected: int | None =
     """One marker per commit (step × position) coloured by reason, each reason's count up to step t in its legend
     entry; cumulative TPF over steps; the selected position's row as a dotted line, its commit ringed."""
     t = rec.n_steps if t is None else t
-    # TPF on a second y axis over the same x axis (by hand: make_subplots costs ~25 ms a frame)
-    fig = go.Figure(layout=dict(xaxis=dict(domain=(0.0, 0.94)), yaxis2=dict(overlaying="y", side="right",
-                                                                          anchor="x")))
+    data, shapes = [], []
     by_reason: dict[str, tuple[list, list]] = {}
     content, tpf = 0, []
     for i, event in enumerate(rec.events[:t]):
@@ -169,45 +203,51 @@ def commit_timeline(rec: RunRecord, t: int | None = None, selected: int | None =
             content += c.token != rec.eos_id
         tpf.append(content / (i + 1))
     for reason, (xs, ys) in by_reason.items():
-        fig.add_trace(go.Scatter(x=np.array(xs), y=np.array(ys), mode="markers", name=f"{reason} ({len(xs)})",
-                                 marker=dict(color=COLOURS[reason], size=6)))
-    fig.add_trace(go.Scatter(x=np.arange(1, t + 1), y=np.array(tpf, dtype=np.float32), name="TPF (cumulative)",
-                             line=dict(color="#333", width=1.5), yaxis="y2"))
+        data.append(dict(type="scatter", x=np.array(xs), y=np.array(ys), mode="markers",
+                         name=f"{reason} ({len(xs)})", marker=dict(color=COLOURS[reason], size=6)))
+    data.append(dict(type="scatter", x=np.arange(1, t + 1), y=np.array(tpf, dtype=np.float32),
+                     name="TPF (cumulative)", line=dict(color="#333", width=1.5), yaxis="y2"))
     if (p := _chosen(rec, selected)) is not None:
-        fig.add_shape(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=p, y1=p,
-                      line=dict(color=SELECTED, width=1, dash="dot"))
-        step = rec.commit_info()[0][p]
+        shapes.append(dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=p, y1=p,
+                           line=dict(color=SELECTED, width=1, dash="dot")))
+        step = int(rec.commit_info()[0][p])
         if 0 < step <= t:
-            fig.add_trace(go.Scatter(x=[step], y=[p], mode="markers", name=f"pos {p}", marker=dict(
+            data.append(dict(type="scatter", x=[step], y=[p], mode="markers", name=f"pos {p}", marker=dict(
                 symbol="circle-open", size=14, color=SELECTED, line=dict(width=2))))
-    fig.update_layout(yaxis=dict(title="generated position", autorange="reversed"),
-                      # its own round ticks, no grid (plotly.js would otherwise sync them to the left axis's grid)
-                      yaxis2=dict(title="TPF", rangemode="tozero", tickmode="auto", showgrid=False),
-                      xaxis_title="step (forward)")
-    return style(fig, "Commit timeline", 380, "timeline", legend=True)
+    # TPF on a second y axis over the same x axis, laid out by hand (make_subplots costs ~25 ms a frame), with
+    # its own round ticks and no grid (plotly.js would otherwise sync them to the left axis's grid)
+    return _figure(data, _layout(
+        "Commit timeline", 380, "timeline", legend=True, shapes=shapes,
+        xaxis=dict(domain=(0.0, 0.94), title=_title("step (forward)")),
+        yaxis=dict(title=_title("generated position"), autorange="reversed"),
+        yaxis2=dict(overlaying="y", side="right", anchor="x", title=_title("TPF"), rangemode="tozero",
+                    tickmode="auto", showgrid=False)))
 
 
 def staleness_curves(rec: RunRecord, t: int | None = None, selected: int | None = None) -> go.Figure:
     """Mean KV staleness per layer over steps (docs/algorithm.md §5); empty when staleness was not measured. The
     selected position's commit step as a vertical line (staleness is a per-layer mean, not per position)."""
     t = rec.n_steps if t is None else t
-    fig = go.Figure()
+    data, shapes, notes = [], [], []
     series = [e.extra.get("staleness") for e in rec.events[:t]]
     if any(s is not None for s in series):
-        arr = np.array([np.mean(s, axis=1) if s is not None else np.full(len(series[0]), np.nan)
+        width = len(next(s for s in series if s is not None))
+        arr = np.array([np.mean(s, axis=1) if s is not None else np.full(width, np.nan)
                         for s in series], dtype=np.float32)  # [steps, layers]
         for layer, colour in zip(range(arr.shape[1]), layer_colours(arr.shape[1])):
-            fig.add_trace(go.Scatter(x=np.arange(1, t + 1), y=arr[:, layer], name=f"layer {layer}",
-                                     mode="lines", line=dict(color=colour)))
+            data.append(dict(type="scatter", x=np.arange(1, t + 1), y=arr[:, layer], name=f"layer {layer}",
+                             mode="lines", line=dict(color=colour)))
     else:
-        fig.add_annotation(text="turn on 'measure staleness' to see how stale the cache gets", showarrow=False,
-                           x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_yaxes(title="1 − ½(cos K + cos V)", rangemode="tozero")
-    fig.update_xaxes(title="step")
-    if (p := _chosen(rec, selected)) is not None and 0 < (step := rec.commit_info()[0][p]) <= t:
-        fig.add_vline(x=int(step), line=dict(color=SELECTED, width=1, dash="dot"),
-                      annotation=dict(text=f"pos {p} committed", font=dict(size=10)))
-    return style(fig, TITLES["staleness"], 380, "staleness", legend=True)
+        notes.append(dict(text="turn on 'measure staleness' to see how stale the cache gets", showarrow=False,
+                          x=0.5, y=0.5, xref="paper", yref="paper"))
+    if (p := _chosen(rec, selected)) is not None and 0 < (step := int(rec.commit_info()[0][p])) <= t:
+        shapes.append(dict(type="line", x0=step, x1=step, xref="x", y0=0, y1=1, yref="y domain",
+                           line=dict(color=SELECTED, width=1, dash="dot")))
+        notes.append(dict(text=f"pos {p} committed", font=dict(size=10), x=step, xref="x", y=1, yref="y domain",
+                          xanchor="left", yanchor="top", showarrow=False))
+    return _figure(data, _layout(TITLES["staleness"], 380, "staleness", legend=True, shapes=shapes,
+                                 annotations=notes, xaxis=dict(title=_title("step")),
+                                 yaxis=dict(title=_title("1 − ½(cos K + cos V)"), rangemode="tozero")))
 
 
 def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None,
@@ -216,40 +256,46 @@ def pca_trajectories(rec: RunRecord, positions: list[int], t: int | None = None,
     (Fig 3c): ◆ first drift trigger (first step the position's last-layer drift is above the run's 90th
     percentile), ★ its commit step."""
     t = rec.n_steps if t is None else t
-    fig = go.Figure()
+    data = []
     kept = rec.values[0].shape[0] if rec.values else 0  # a loaded trace keeps the first VALUE_POSITIONS
     chosen = _chosen(rec, selected)
     positions = list(dict.fromkeys([*positions, *([chosen] if chosen is not None else [])]))
     positions = [p for p in positions if 0 <= p < min(rec.gen_length, kept)]
     if len(rec.values) >= 2 and positions:
-        from sklearn.decomposition import PCA
-
         stack = np.stack([v[positions] for v in rec.values]).astype(np.float32)  # [steps, P, kv]
-        basis = PCA(n_components=2).fit(stack.reshape(-1, stack.shape[-1]))
+        project = _pca_basis(stack.reshape(-1, stack.shape[-1]))
         steps, _ = rec.commit_info()
         last = np.stack([d[-1] for d in rec.drift])  # [steps, G]
         trigger_level = np.percentile(last, 90)
         for j, p in enumerate(positions):
-            xy = basis.transform(stack[:t, j]).astype(np.float32)
+            xy = project(stack[:t, j])
             bold = p == chosen
             colour = SELECTED if bold else OKABE_ITO[j % 7]  # the 8th Okabe–Ito colour, black, is the selection's
-            fig.add_trace(go.Scatter(x=xy[:, 0], y=xy[:, 1], mode="lines+markers",
-                                     name=f"pos {p}" + (" (selected)" if bold else ""),
-                                     marker=dict(size=6 if bold else 4),
-                                     line=dict(color=colour, width=4 if bold else 2)))
+            data.append(dict(type="scatter", x=xy[:, 0], y=xy[:, 1], mode="lines+markers",
+                             name=f"pos {p}" + (" (selected)" if bold else ""), marker=dict(size=6 if bold else 4),
+                             line=dict(color=colour, width=4 if bold else 2)))
             above = np.nonzero(last[:t, p] > trigger_level)[0]
             if len(above):
-                fig.add_trace(go.Scatter(x=xy[above[:1], 0], y=xy[above[:1], 1], mode="markers", showlegend=False,
-                                         marker=dict(symbol="diamond", size=11, color=COLOURS["drift"],
-                                                     line=dict(color="white", width=1))))
+                data.append(dict(type="scatter", x=xy[above[:1], 0], y=xy[above[:1], 1], mode="markers",
+                                 showlegend=False, marker=dict(symbol="diamond", size=11, color=COLOURS["drift"],
+                                                               line=dict(color="white", width=1))))
             if 0 < steps[p] <= t:
                 k = steps[p] - 1
-                fig.add_trace(go.Scatter(x=xy[k:k + 1, 0], y=xy[k:k + 1, 1], mode="markers", showlegend=False,
-                                         marker=dict(symbol="star", size=13, color=COLOURS["forced"],
-                                                     line=dict(color="black", width=1))))
-    fig.update_xaxes(title="PC 1")
-    fig.update_yaxes(title="PC 2")
-    return style(fig, TITLES["pca"], 380, "pca", legend=True)
+                data.append(dict(type="scatter", x=xy[k:k + 1, 0], y=xy[k:k + 1, 1], mode="markers",
+                                 showlegend=False, marker=dict(symbol="star", size=13, color=COLOURS["forced"],
+                                                               line=dict(color="black", width=1))))
+    return _figure(data, _layout(TITLES["pca"], 380, "pca", legend=True, xaxis=dict(title=_title("PC 1")),
+                                 yaxis=dict(title=_title("PC 2"))))
+
+
+def _pca_basis(points: np.ndarray):
+    """Projection onto the first two principal components of `points` [n, d] (fitted on all of them: one basis
+    for every step). Each component's sign makes its largest-magnitude entry positive, so a basis is the same
+    from frame to frame. An SVD in numpy: scikit-learn's PCA took ~0.1 s a call here, mostly input checks."""
+    mean = points.mean(0, dtype=np.float64)
+    _, _, vt = np.linalg.svd(points - mean, full_matrices=False)
+    axes = vt[:2] * np.sign(vt[:2][np.arange(min(2, len(vt))), np.abs(vt[:2]).argmax(1)])[:, None]
+    return lambda x: ((x - mean) @ axes.T).astype(np.float32)
 
 
 _WAITING: dict[str, go.Figure] = {}
@@ -259,12 +305,10 @@ def at_the_end(*names: str) -> list[go.Figure]:
     """Placeholders for views drawn once a run ends (built once, reused by every frame)."""
     for name in names:
         if name not in _WAITING:
-            fig = go.Figure()
-            fig.add_annotation(text="drawn when the run ends", showarrow=False, x=0.5, y=0.5, xref="paper",
-                               yref="paper")
-            fig.update_xaxes(visible=False)
-            fig.update_yaxes(visible=False)
-            _WAITING[name] = style(fig, TITLES[name], 380, name)
+            _WAITING[name] = _figure([], _layout(
+                TITLES[name], 380, name, xaxis=dict(visible=False), yaxis=dict(visible=False),
+                annotations=[dict(text="drawn when the run ends", showarrow=False, x=0.5, y=0.5, xref="paper",
+                                  yref="paper")]))
     return [_WAITING[name] for name in names]
 
 
@@ -300,19 +344,27 @@ def compare_overlay(a: RunRecord, b: RunRecord, t: int | None = None) -> go.Figu
     """Two runs on one step axis: their mean KV staleness (top) and the mean attention drift of the positions
     still masked (bottom), each run up to step t (a run that finished earlier stops there), with the playhead."""
     t = max(a.n_steps, b.n_steps) if t is None else t
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("KV staleness (mean over layers and cached rows)",
-                                        "attention drift of still-masked positions (last layer, mean KL)"))
+    # two rows on one x axis, laid out by hand (make_subplots costs ~25 ms a playhead move)
+    data = []
     for rec, colour, dash in zip((a, b), COMPARE_COLOURS, ("solid", "dash")):
         shown = min(t, rec.n_steps)
-        for row, kind in ((1, "staleness"), (2, "drift")):
-            fig.add_trace(go.Scatter(x=np.arange(1, shown + 1), y=_per_step(rec, shown, kind), mode="lines",
-                                     name=f"{rec.label} ({rec.n_steps} steps)", legendgroup=rec.label,
-                                     showlegend=row == 1, line=dict(color=colour, dash=dash, width=2),
-                                     hovertemplate=f"{rec.label}<br>step %{{x}}<br>%{{y:.3g}}<extra></extra>"),
-                          row=row, col=1)
-    fig.add_vline(x=t, line=dict(color=SELECTED, width=1, dash="dot"))
-    fig.update_xaxes(title="step (forward)", range=[0.5, max(a.n_steps, b.n_steps) + 0.5], row=2, col=1)
-    fig.update_yaxes(title="1 − ½(cos K + cos V)", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title="KL", rangemode="tozero", row=2, col=1)
-    return style(fig, f"Staleness and drift, A against B — step {t}", 520, "compare", legend=True)
+        for axis, kind in (("y", "staleness"), ("y2", "drift")):
+            data.append(dict(type="scatter", x=np.arange(1, shown + 1), y=_per_step(rec, shown, kind), mode="lines",
+                             name=f"{rec.label} ({rec.n_steps} steps)", legendgroup=rec.label,
+                             showlegend=axis == "y", line=dict(color=colour, dash=dash, width=2), xaxis="x",
+                             yaxis=axis, hovertemplate=f"{rec.label}<br>step %{{x}}<br>%{{y:.3g}}<extra></extra>"))
+    titles = [_panel_title(text, 0.5) | dict(y=domain[1])
+              for text, domain in zip(("KV staleness (mean over layers and cached rows)",
+                                       "attention drift of still-masked positions (last layer, mean KL)"),
+                                      COMPARE_DOMAINS)]
+    playhead = dict(type="line", x0=t, x1=t, xref="x", y0=0, y1=1, yref="paper",
+                    line=dict(color=SELECTED, width=1, dash="dot"))
+    return _figure(data, _layout(
+        f"Staleness and drift, A against B — step {t}", 520, "compare", legend=True, annotations=titles,
+        shapes=[playhead],
+        xaxis=dict(anchor="y2", title=_title("step (forward)"), range=[0.5, max(a.n_steps, b.n_steps) + 0.5]),
+        yaxis=dict(domain=COMPARE_DOMAINS[0], title=_title("1 − ½(cos K + cos V)"), rangemode="tozero"),
+        yaxis2=dict(domain=COMPARE_DOMAINS[1], anchor="x", title=_title("KL"), rangemode="tozero")))
+
+
+COMPARE_DOMAINS = ((0.54, 1.0), (0.0, 0.46))  # staleness above, drift below

@@ -31,7 +31,11 @@ SMALL_MODEL_PARAMS = 50_000_000  # below this, one torch thread decodes fastest 
 
 
 def quiet_openmp() -> None:
+    """Sleeping OpenMP workers for torch, and one OpenBLAS thread for numpy, whose linear algebra here is small
+    (the app's PCA, statistics) and whose pool spins like OpenMP's: a 135 × 512 SVD took 209 ms with two OpenBLAS
+    threads beside a busy process and 30 ms with one. Both are read when the library loads: call this first."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def decode_threads(model, requested: int = 0) -> int:

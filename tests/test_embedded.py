@@ -57,9 +57,10 @@ def test_polestar_with_components_off_is_fast_dllm(model):
 def test_polestar_kernels_decode_the_same_tokens(model):
     """Polestar with every kernel in Triton (interpreter: NVFP4 quantize, fused gather-dequantize, proxy attention
     + KL, token-drift KL) commits the same tokens at the same steps for the same reasons as with the torch
-    references, on embedded-model prompts (arithmetic: the trained model decodes short lists in a couple of
-    forwards, before any refresh)."""
-    for ex in tasks.make("arith", 2, seed=3):
+    references, on an embedded-model prompt (arithmetic: the trained model decodes short lists in a couple of
+    forwards, before any refresh). One prompt whose decode refreshes on 6 of its 11 steps: the interpreter takes
+    ~40 s per decode, a second prompt added no path the first leaves out."""
+    for ex in tasks.make("arith", 2, seed=3)[1:]:
         ids = encode_prompt(model, ex.prompt)
         runs = [decode(model, ids, resolve("polestar", gen_length=64, impl=impl), trace=True)
                 for impl in ("torch", "triton")]
