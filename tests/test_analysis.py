@@ -86,3 +86,23 @@ def test_arith_failures_names_the_first_error_of_each_wrong_answer():
     assert earlier_layout("9*9=81+0=81 1*9=09+8=17 0*9=00+1=01") == "9*9+0=81 1*9+8=17 0*9+1=01"
     old = "\n".join(earlier_layout(line) for line in ex.answer.split("\n"))
     assert old != ex.answer and first_error(ex.answer, old) is None
+
+
+def test_step_breakdown_interleaves_methods_and_averages_repeats():
+    import polestar
+    from analysis.step_breakdown import markdown, measure
+    from polestar import tasks
+    from polestar.api import encode_prompt
+    from polestar.config import resolve
+    from polestar.decode import decode
+
+    model = polestar.load_model(polestar.DEFAULT_MODEL)
+    prompts = [ex.prompt for ex in tasks.make("lists", 2, seed=0)]
+    rows = measure(model, prompts, ["fast-dllm", "polestar"], 64, repeats=2)
+    assert [r["method"] for r in rows] == ["fast-dllm", "polestar"]
+    for row in rows:  # per pass over the prompts: the NFE of one plain decode of each
+        alone = sum(decode(model, encode_prompt(model, p), resolve(row["method"], gen_length=64)).nfe
+                    for p in prompts)
+        assert row["nfe"] == alone and row["sections"]["forward (cache policy)"] > 0
+        assert 0 < row["sections"]["forward (cache policy)"] <= row["wall_s"] * 1.001
+    assert "--repeats 2" in markdown(rows, 2, "lists", 64, 1, repeats=2)
