@@ -56,7 +56,8 @@ def _layout(title: str, height: int, key: str, legend: bool = False, **parts) ->
 
 
 def _figure(data: list[dict], layout: dict) -> go.Figure:
-    """A figure from plain dicts, unvalidated (each trace names its `type`; titles are `dict(text=…)`)."""
+    """A figure from plain dicts, unvalidated (each trace names its `type`; titles are `dict(text=…)`): plotly's
+    `_validate=False`, which the figure tests check still sends the dicts as they are."""
     return go.Figure(data=data, layout=layout, _validate=False)
 
 

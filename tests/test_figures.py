@@ -114,3 +114,18 @@ def test_probe_drift_and_reused_staleness_reference_equal_their_definitions(tmp_
         # both are fp32 sums over the same clamped fp32 probabilities; only the summation order may differ: a few
         # ulps (fp32 eps 1.2e-7) of each KL
         torch.testing.assert_close(frames[t].drift, want.float(), rtol=8 * 1.2e-7, atol=1e-9)
+
+
+def test_unvalidated_figures_send_their_dicts_as_they_are():
+    """The run views skip plotly's validation (`figures._figure`): the JSON must still be the dicts given, with
+    numpy arrays as typed arrays and no default template sneaking in."""
+    import json
+
+    z = np.arange(6, dtype=np.float32).reshape(2, 3)
+    fig = figures._figure([dict(type="heatmap", z=z, colorscale=figures._scale("Magma"))],
+                          figures._layout("t", 300, "k", yaxis=dict(title=figures._title("y"))))
+    sent = json.loads(fig.to_json())
+    assert sent["layout"]["template"] == {} and sent["layout"]["title"] == {"text": "t"}
+    assert sent["layout"]["yaxis"] == {**figures.AXIS, "title": {"text": "y"}}
+    assert sent["data"][0]["z"]["dtype"] == "f4" and sent["data"][0]["colorscale"][0][1].startswith("#")
+    assert np.array_equal(fig.data[0].z, z)
