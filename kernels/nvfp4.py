@@ -92,8 +92,9 @@ def _tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def nvfp4_dequantize_torch(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Tensor) -> torch.Tensor:
-    """`nvfp4_dequantize_reference`, bit for bit (the same two fp32 products), ~2.4× faster on a CPU: one
-    gather per byte and per scale instead of unpacking nibbles and decoding them arithmetically."""
+    """`nvfp4_dequantize_reference`, bit for bit (the same two fp32 products), 1.3–1.8× faster on a 2-core CPU
+    (200 × 512 rows beside other work): one gather per byte and per scale instead of unpacking nibbles and
+    decoding them arithmetically."""
     pairs, e4m3 = _tables(codes.device)
     rows, channels = codes.shape[0], codes.shape[1] * 2
     values = pairs[codes.long()].reshape(rows, channels // GROUP, GROUP)
