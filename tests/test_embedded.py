@@ -101,3 +101,17 @@ def test_a_padded_batch_forward_is_each_row_alone_bit_for_bit(model):
         for row, p in enumerate(prompts):
             alone = model.run(torch.cat([p, masks]).unsqueeze(0)).logits
             assert torch.equal(batch[row:row + 1, int(pad[row]):], alone), row
+
+
+def test_readme_examples_print_what_the_readme_says(model):
+    """The README's library, CLI and API examples use one prompt, and its API comment shows the answer: the
+    shipped weights must give that answer, with the method and length each example uses."""
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    claimed = re.search(r'metrics = outputs\[5\]\s+# \{"text": "([^"]+)"', readme).group(1)
+    calls = re.findall(r'[(,] ?"([^"]+)", method="([\w-]+)", gen_length=(\d+)', readme)
+    cli = re.findall(r'generate --prompt "([^"]+)" --method ([\w-]+)', readme)
+    assert len(calls) == 2 and len(cli) == 1
+    for prompt, method, length in [*calls, (*cli[0], 256)]:
+        assert polestar.generate(model, prompt, method, gen_length=int(length)).text == claimed, (prompt, method)
