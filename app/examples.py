@@ -13,12 +13,14 @@ from polestar import tasks
 from polestar.tasks import Example
 
 # (task, index among make(task, 40, seed=0)): word problems first; the first one is the default prompt. With
-# the shipped weights (model card v4, checkpoints/polestar-tiny-v6 at step 4,200) and Polestar's defaults, arith
-# #16 runs 18 forwards with 9 refresh steps, 4 drift commits and 67 suffix commits (35 of them content, not EOS)
-# and gets the answer right; it is the default because it also finishes within the app's 5 s on a busy 2-core CPU
-# (`python -m analysis.app_timing`: 3.8 s; #6 takes 5.8 s). #8, #6 and #19 are right too, with 11–18 refresh
-# steps, 6–27 drift commits and 37–54 content suffix commits. Of the list examples #27, #22 and #4 are right and
-# #2 is wrong; #27 commits 15 content tokens from the suffix, the others only EOS.
+# the shipped weights (model card v4, checkpoints/polestar-tiny-v6 at step 4,200) and Polestar's defaults, the
+# arith picks are the four of the first 40 whose every solution line is right (not only the final number): #34
+# runs 22 forwards with 12 refresh steps, 9 drift commits and 79 suffix commits (26 of them content, not EOS);
+# it is the default as the shortest of the four, which finishes within the app's 5 s on a busy 2-core CPU
+# (`python -m analysis.app_timing`: 4.0 s). #35, #8 and #6 run 24–29 forwards with 11–18 refresh steps, 6–27
+# drift commits and 42–54 content suffix commits. Of the list examples #27, #22 and #4 are right and #2 is wrong;
+# #27 commits 15 content tokens from the suffix (Fast-dLLM needs 104 forwards on it and gets it wrong), the
+# others only EOS.
 PICKS = (("arith", 34), ("arith", 35), ("arith", 8), ("arith", 6), ("lists", 27), ("lists", 22), ("lists", 4),
          ("lists", 2))
 POOL = 40
