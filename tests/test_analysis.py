@@ -18,6 +18,7 @@ FIGURES = {
     "fig6_ablations": {"suite", "method", "correct", "nfe", "content_tokens", "wall_s", "drift_commits"},
     "fig7_window": {"suite", "method", "correct", "nfe", "content_tokens", "wall_s", "refresh_steps"},
     "fig8_multitoken_drift": {"step", "committed", "group", "local_drift"},
+    "commit_reliability": {"config", "grouping", "group", "digits", "wrong", "wrong_rate"},
 }
 
 
@@ -86,6 +87,38 @@ def test_arith_failures_names_the_first_error_of_each_wrong_answer():
     assert earlier_layout("9*9=81+0=81 1*9=09+8=17 0*9=00+1=01") == "9*9+0=81 1*9+8=17 0*9+1=01"
     old = "\n".join(earlier_layout(line) for line in ex.answer.split("\n"))
     assert old != ex.answer and first_error(ex.answer, old) is None
+
+
+def test_digit_verdicts_charge_an_error_to_the_digit_that_made_it():
+    from analysis.commit_reliability import commit_of_each_digit, digit_verdicts
+    from polestar import tasks
+
+    ex = next(e for e in tasks.make("arith", 40, 0) if " * " in e.answer and " + " in e.answer)
+    verdicts = digit_verdicts(ex.answer)
+    lines = ex.answer.split("\n")[:-1]
+    # per line three chunks: a sum or difference has a carry and two written digits, a product two more
+    assert len(verdicts) == sum(3 * (3 + 2 * (" * " in line)) for line in lines)
+    assert all(v.right for v in verdicts)
+    at = ex.answer.index("*", ex.answer.index(" * ") + 3) + 4  # the first product chunk's units product digit
+    wrong = ex.answer[:at] + str((int(ex.answer[at]) + 1) % 10) + ex.answer[at + 1:]
+    # that digit is wrong, and so is what it feeds within the chunk (the written pair); nothing else
+    bad = [v for v in digit_verdicts(wrong) if not v.right]
+    assert [(v.kind, v.offset) for v in bad] == [("product", at), ("written", at + 4), ("written", at + 5)]
+    sum_line = next(i for i, line in enumerate(lines) if " + " in line)
+    start = sum(len(line) + 1 for line in lines[:sum_line]) + lines[sum_line].index(": ") + 2
+    carry = start + 9 + 4  # the second chunk's carry-in: `a+b+c=ds a+b+c=ds`
+    flipped = ex.answer[:carry] + str(1 - int(ex.answer[carry])) + ex.answer[carry + 1:]
+    bad = [v for v in digit_verdicts(flipped) if not v.right]
+    assert ("carry", carry) in [(v.kind, v.offset) for v in bad]
+    # each digit is traced to the token that holds it (an empty piece, a special token, holds none), and its
+    # inputs to theirs: here the written pair is committed by forward 5, with its product's units digit
+    pieces = ["2", "*", "3", "=", "0", "6", "+", "0", "=", "", "0", "6"]
+    forward = {i: 5 if i in (10, 11) else i for i in range(len(pieces))}
+    commits = {i: ("threshold" if i != 5 else "drift", i, forward[i]) for i in range(len(pieces))}  # confidence i
+    traced = commit_of_each_digit(pieces, commits, digit_verdicts("".join(pieces)))
+    assert [(r, c, first) for r, c, first, _ in traced] == [
+        ("threshold", 4, True), ("drift", 5, True), ("threshold", 7, True), ("threshold", 10, False),
+        ("threshold", 11, False)]
 
 
 def test_step_breakdown_interleaves_methods_and_averages_repeats():

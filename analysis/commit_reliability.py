@@ -1,0 +1,205 @@
+"""How reliable is each commit rule? Decode held-out `arith` examples with Fast-dLLM and Polestar's components
+switched on one at a time, judge every computed scratchpad digit of each completion against the tokens it is a
+function of, and group the verdicts by the rule that committed the digit and by its confidence at commit.
+
+    python -m analysis.commit_reliability --n 80 --out reports/figures
+
+A column chunk is `a+b+c=ds`, `a-b-c=ds` or `a*m=pp+c=ds` (model card, "Workload"). Its computed digits and what
+each is judged against, all read from the completion itself:
+- carry `c`: the carry out `d` of the line's previous chunk (0 in the first chunk);
+- product `pp` (two digits): a·m of the chunk's own digits;
+- written `d`, `s`: the chunk's own a ± b ± c, or pp + c.
+So a digit is wrong when it is not the function of its neighbours it must be, whatever happened earlier in the
+line: an error is charged to the token that made it, not to the ones that copied it. Each digit is then
+traced to its canvas position and the commit that wrote it (reason, confidence).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+from analysis import figio
+
+NAME = "commit_reliability"
+REASONS = ("threshold", "drift", "suffix", "forced", "quota", "factor")
+BANDS = ((0.0, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 0.99), (0.99, 1.01))
+# one chunk: groups a, op, b and either the carry (sum, difference) or pp and the carry (product); then d, s
+CHUNK = re.compile(r"(\d)(?:([-+])(\d)\2(\d)|(\*)(\d)=(\d)(\d)\+(\d))=(\d)(\d)")
+
+
+@dataclass(frozen=True)
+class DigitVerdict:
+    offset: int  # character offset of the digit in the completion
+    kind: str  # "carry" | "product" | "written"
+    right: bool
+    inputs: tuple[int, ...]  # character offsets of the digits it is a function of
+
+
+def digit_verdicts(text: str) -> list[DigitVerdict]:
+    """Every computed digit of every column chunk in `text`, judged against the chunk's own digits (carry: the
+    previous chunk of the same line)."""
+    verdicts = []
+    line_start = 0
+    for line in text.split("\n"):
+        carry_out, carry_from = 0, ()  # the carry out of the line's previous chunk (none before the first: 0)
+        for m in CHUNK.finditer(line):
+            at = lambda group: line_start + m.start(group)  # noqa: E731
+            a, d, s = int(m[1]), int(m[10]), int(m[11])
+            if m[2]:  # a ± b ± c = ds
+                op, b, c, c_group = m[2], int(m[3]), int(m[4]), 4
+                value = a + b + c if op == "+" else a - b - c
+                written_ok = (10 * d + s == value) if op == "+" else (d in (0, 1) and s - 10 * d == value)
+                written_inputs = (at(1), at(3), at(4))
+            else:  # a * m = pp + c = ds
+                b, c, c_group = int(m[6]), int(m[9]), 9
+                product = a * b
+                verdicts += [DigitVerdict(at(7), "product", int(m[7]) == product // 10, (at(1), at(6))),
+                             DigitVerdict(at(8), "product", int(m[8]) == product % 10, (at(1), at(6)))]
+                written_ok = 10 * d + s == 10 * int(m[7]) + int(m[8]) + c
+                written_inputs = (at(7), at(8), at(9))
+            verdicts += [DigitVerdict(at(c_group), "carry", c == carry_out, carry_from),
+                         DigitVerdict(at(10), "written", written_ok, written_inputs),
+                         DigitVerdict(at(11), "written", written_ok, written_inputs)]
+            carry_out, carry_from = d, (at(10),)
+        line_start += len(line) + 1
+    return verdicts
+
+
+def commit_of_each_digit(pieces: list[str], commits: dict[int, tuple[str, float, int]], text_verdicts):
+    """(reason, confidence, inputs_first, verdict) for each judged digit: `pieces` are the generated tokens'
+    strings in canvas order (their concatenation is the text judged), `commits` maps a generated index to its
+    commit (reason, confidence, forward). `inputs_first`: every digit it is a function of was committed by an
+    earlier forward, so the model saw them when it wrote this one."""
+    starts, offset = [], 0
+    for piece in pieces:
+        starts.append(offset)
+        offset += len(piece)
+
+    def token(char: int) -> int:
+        index = bisect.bisect_right(starts, char) - 1
+        while index > 0 and not pieces[index]:  # an empty piece (a special token) holds no character
+            index -= 1
+        return index
+
+    out = []
+    for v in text_verdicts:
+        reason, confidence, step = commits[token(v.offset)]
+        out.append((reason, confidence, all(commits[token(i)][2] < step for i in v.inputs), v))
+    return out
+
+
+def configs(gen_length: int) -> dict:
+    from polestar.config import resolve
+
+    def pol(**kw):
+        return resolve("polestar", gen_length=gen_length, **kw)
+
+    return {
+        "Fast-dLLM": resolve("fast-dllm", gen_length=gen_length),
+        "Polestar-Cache only": resolve("polestar-cache", gen_length=gen_length),
+        "cache + drift rule": pol(polestar_suffix_commit=False),
+        "cache + suffix commits": pol(polestar_current_commit=False),
+        "both rules, no cache": pol(polestar_cache=False),
+        "Polestar (defaults)": pol(),
+        "Polestar, τ_early 0.8": pol(polestar_tau_early=0.8),
+        "Polestar, τ_early 0.85": pol(polestar_tau_early=0.85),
+    }
+
+
+def band_of(confidence: float) -> str:
+    for lo, hi in BANDS:
+        if lo <= confidence < hi:
+            return f"[{lo:g}, {min(hi, 1.0):g}{']' if hi > 1 else ')'}"
+    return f"[{BANDS[-1][0]:g}, 1]"
+
+
+def measure(model, examples, cfgs: dict) -> tuple[list[dict], dict]:
+    import polestar
+    from polestar import tasks
+
+    rows, summary, pooled = [], {}, {}
+    for name, cfg in cfgs.items():
+        correct, nfe, counts = 0, 0, {}
+        for ex in examples:
+            r = polestar.generate(model, ex.prompt, cfg, trace=True)
+            correct += tasks.score("arith", ex, r.text)
+            nfe += r.nfe
+            pieces = [model.tokenizer.decode([t], skip_special_tokens=True) for t in r.token_ids]
+            commits = {c.gen_index: (c.reason, c.confidence, e.nfe) for e in r.trace.events for c in e.commits}
+            for reason, confidence, first, v in commit_of_each_digit(pieces, commits,
+                                                                     digit_verdicts("".join(pieces))):
+                order = "inputs committed first" if first else "an input not yet committed"
+                for key in (("reason", reason), ("confidence", band_of(confidence)), ("kind", v.kind),
+                            ("order", order), ("kind, order", f"{v.kind}, {order}")):
+                    n, wrong = counts.get(key, (0, 0))
+                    counts[key] = (n + 1, wrong + (not v.right))
+                if name != "Fast-dLLM":
+                    n, wrong = pooled.get(band_of(confidence), (0, 0))
+                    pooled[band_of(confidence)] = (n + 1, wrong + (not v.right))
+        for (grouping, group), (n, wrong) in sorted(counts.items()):
+            rows.append({"config": name, "grouping": grouping, "group": group, "digits": n, "wrong": wrong,
+                         "wrong_rate": wrong / n})
+        summary[name] = {"accuracy": correct / len(examples), "nfe": nfe / len(examples),
+                         "wrong_rate_by_reason": {g: w / n for (k, g), (n, w) in counts.items() if k == "reason"},
+                         "digits_by_reason": {g: n for (k, g), (n, _) in counts.items() if k == "reason"},
+                         "wrong_rate_by_kind": {g: w / n for (k, g), (n, w) in counts.items() if k == "kind"},
+                         "by_order": {g: {"digits": n, "wrong_rate": w / n}
+                                      for (k, g), (n, w) in counts.items() if k == "kind, order"}}
+    pooled_rates = {band: {"digits": pooled[band][0], "wrong_rate": pooled[band][1] / pooled[band][0]}
+                    for band in (band_of(lo) for lo, _ in BANDS) if band in pooled}
+    return rows, {"configs": summary, "pooled_by_confidence": pooled_rates}
+
+
+def figure(summary: dict, title: str):
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from app.figures import COLOURS  # the app's colour-blind-safe commit-reason palette
+
+    fig = make_subplots(rows=2, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.1, vertical_spacing=0.3,
+                        specs=[[{}, {}], [{"colspan": 2}, None]],
+                        subplot_titles=("wrong digits by commit rule", "wrong digits by confidence at commit",
+                                        "wrong written digits by commit order"))
+    names = list(summary["configs"])
+    for reason in REASONS:
+        ys = [100 * summary["configs"][c]["wrong_rate_by_reason"].get(reason, float("nan")) for c in names]
+        if all(y != y for y in ys):
+            continue
+        fig.add_trace(go.Bar(x=names, y=ys, name=reason, marker_color=COLOURS[reason]), 1, 1)
+    bands = [band_of(lo) for lo, _ in BANDS if band_of(lo) in summary["pooled_by_confidence"]]
+    fig.add_trace(go.Bar(x=bands, y=[100 * summary["pooled_by_confidence"][b]["wrong_rate"] for b in bands],
+                         marker_color="#555555", showlegend=False), 1, 2)
+    for order, colour in (("inputs committed first", "#555555"), ("an input not yet committed", "#bbbbbb")):
+        ys = [100 * summary["configs"][c]["by_order"].get(f"written, {order}", {}).get("wrong_rate", float("nan"))
+              for c in names]
+        fig.add_trace(go.Bar(x=names, y=ys, name=f"written, {order}", marker_color=colour,
+                             marker_pattern_shape="/" if order.startswith("an") else ""), 2, 1)
+    fig.update_yaxes(title_text="wrong written digits (%)", row=2, col=1)
+    fig.update_xaxes(title_text="configuration", row=2, col=1)
+    fig.update_yaxes(title_text="wrong computed digits (%)", row=1, col=1)
+    fig.update_yaxes(title_text="wrong computed digits (%)", row=1, col=2)
+    fig.update_xaxes(title_text="configuration", tickangle=-30, row=1, col=1)
+    fig.update_xaxes(title_text="confidence band (Polestar configurations pooled)", row=1, col=2)
+    fig.update_layout(title=title, barmode="group", height=860, legend_title_text="committed by / order",
+                      template="plotly_white")
+    return fig
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = figio.parser(__doc__.split("\n\n")[0], n=80).parse_args(argv)
+    if args.task != "arith":
+        raise SystemExit("commit_reliability judges arith scratchpads: run it with --task arith")
+    model = figio.setup(args)
+    rows, summary = measure(model, figio.examples(args), configs(args.gen_length))
+    fig = figure(summary, f"Which commits write wrong scratchpad digits (arith, n = {args.n}, "
+                          f"generation {args.gen_length})")
+    figio.write(args, NAME, rows, summary, fig)
+    for name, s in summary["configs"].items():
+        rates = ", ".join(f"{r} {100 * w:.1f} %" for r, w in sorted(s["wrong_rate_by_reason"].items()))
+        print(f"{name}: right {100 * s['accuracy']:.0f} %, NFE {s['nfe']:.1f}; wrong digits: {rates}")
+
+
+if __name__ == "__main__":
+    main()
