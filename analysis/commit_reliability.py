@@ -17,16 +17,14 @@ traced to its canvas position and the commit that wrote it (reason, confidence).
 from __future__ import annotations
 
 import bisect
-import re
 from dataclasses import dataclass
 
 from analysis import figio
+from polestar.tasks.arith import CARRY_IN, CARRY_OUT, COLUMN, DIGIT
 
 NAME = "commit_reliability"
 REASONS = ("threshold", "drift", "suffix", "forced", "quota", "factor")
-BANDS = ((0.0, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 0.99), (0.99, 1.01))
-# one chunk: groups a, op, b and either the carry (sum, difference) or pp and the carry (product); then d, s
-CHUNK = re.compile(r"(\d)(?:([-+])(\d)\2(\d)|(\*)(\d)=(\d)(\d)\+(\d))=(\d)(\d)")
+BANDS = (0.0, 0.7, 0.8, 0.9, 0.99)  # lower bounds of the confidence bands; the last one ends at 1 inclusive
 
 
 @dataclass(frozen=True)
@@ -44,25 +42,25 @@ def digit_verdicts(text: str) -> list[DigitVerdict]:
     line_start = 0
     for line in text.split("\n"):
         carry_out, carry_from = 0, ()  # the carry out of the line's previous chunk (none before the first: 0)
-        for m in CHUNK.finditer(line):
+        for m in COLUMN.finditer(line):  # the chunk starts `a op b`: its first three characters
             at = lambda group: line_start + m.start(group)  # noqa: E731
-            a, d, s = int(m[1]), int(m[10]), int(m[11])
-            if m[2]:  # a ± b ± c = ds
-                op, b, c, c_group = m[2], int(m[3]), int(m[4]), 4
+            first = line_start + m.start()
+            a, op, b = int(line[m.start()]), line[m.start() + 1], int(line[m.start() + 2])
+            c, d, s = int(m[CARRY_IN]), int(m[CARRY_OUT]), int(m[DIGIT])
+            if op != "*":  # a ± b ± c = ds
                 value = a + b + c if op == "+" else a - b - c
                 written_ok = (10 * d + s == value) if op == "+" else (d in (0, 1) and s - 10 * d == value)
-                written_inputs = (at(1), at(3), at(4))
+                written_inputs = (first, first + 2, at(CARRY_IN))
             else:  # a * m = pp + c = ds
-                b, c, c_group = int(m[6]), int(m[9]), 9
                 product = a * b
-                verdicts += [DigitVerdict(at(7), "product", int(m[7]) == product // 10, (at(1), at(6))),
-                             DigitVerdict(at(8), "product", int(m[8]) == product % 10, (at(1), at(6)))]
-                written_ok = 10 * d + s == 10 * int(m[7]) + int(m[8]) + c
-                written_inputs = (at(7), at(8), at(9))
-            verdicts += [DigitVerdict(at(c_group), "carry", c == carry_out, carry_from),
-                         DigitVerdict(at(10), "written", written_ok, written_inputs),
-                         DigitVerdict(at(11), "written", written_ok, written_inputs)]
-            carry_out, carry_from = d, (at(10),)
+                verdicts += [DigitVerdict(at(1), "product", int(m[1]) == product // 10, (first, first + 2)),
+                             DigitVerdict(at(2), "product", int(m[2]) == product % 10, (first, first + 2))]
+                written_ok = 10 * d + s == 10 * int(m[1]) + int(m[2]) + c
+                written_inputs = (at(1), at(2), at(CARRY_IN))
+            verdicts += [DigitVerdict(at(CARRY_IN), "carry", c == carry_out, carry_from),
+                         DigitVerdict(at(CARRY_OUT), "written", written_ok, written_inputs),
+                         DigitVerdict(at(DIGIT), "written", written_ok, written_inputs)]
+            carry_out, carry_from = d, (at(CARRY_OUT),)
         line_start += len(line) + 1
     return verdicts
 
@@ -109,10 +107,8 @@ def configs(gen_length: int) -> dict:
 
 
 def band_of(confidence: float) -> str:
-    for lo, hi in BANDS:
-        if lo <= confidence < hi:
-            return f"[{lo:g}, {min(hi, 1.0):g}{']' if hi > 1 else ')'}"
-    return f"[{BANDS[-1][0]:g}, 1]"
+    i = max(0, bisect.bisect_right(BANDS, confidence) - 1)
+    return f"[{BANDS[i]:g}, {BANDS[i + 1]:g})" if i + 1 < len(BANDS) else f"[{BANDS[i]:g}, 1]"
 
 
 def measure(model, examples, cfgs: dict) -> tuple[list[dict], dict]:
@@ -131,13 +127,14 @@ def measure(model, examples, cfgs: dict) -> tuple[list[dict], dict]:
             for reason, confidence, first, v in commit_of_each_digit(pieces, commits,
                                                                      digit_verdicts("".join(pieces))):
                 order = "inputs committed first" if first else "an input not yet committed"
-                for key in (("reason", reason), ("confidence", band_of(confidence)), ("kind", v.kind),
+                band = band_of(confidence)
+                for key in (("reason", reason), ("confidence", band), ("kind", v.kind),
                             ("order", order), ("kind, order", f"{v.kind}, {order}")):
                     n, wrong = counts.get(key, (0, 0))
                     counts[key] = (n + 1, wrong + (not v.right))
                 if name != "Fast-dLLM":
-                    n, wrong = pooled.get(band_of(confidence), (0, 0))
-                    pooled[band_of(confidence)] = (n + 1, wrong + (not v.right))
+                    n, wrong = pooled.get(band, (0, 0))
+                    pooled[band] = (n + 1, wrong + (not v.right))
         for (grouping, group), (n, wrong) in sorted(counts.items()):
             rows.append({"config": name, "grouping": grouping, "group": group, "digits": n, "wrong": wrong,
                          "wrong_rate": wrong / n})
@@ -148,7 +145,7 @@ def measure(model, examples, cfgs: dict) -> tuple[list[dict], dict]:
                          "by_order": {g: {"digits": n, "wrong_rate": w / n}
                                       for (k, g), (n, w) in counts.items() if k == "kind, order"}}
     pooled_rates = {band: {"digits": pooled[band][0], "wrong_rate": pooled[band][1] / pooled[band][0]}
-                    for band in (band_of(lo) for lo, _ in BANDS) if band in pooled}
+                    for band in map(band_of, BANDS) if band in pooled}
     return rows, {"configs": summary, "pooled_by_confidence": pooled_rates}
 
 
@@ -168,7 +165,7 @@ def figure(summary: dict, title: str):
         if all(y != y for y in ys):
             continue
         fig.add_trace(go.Bar(x=names, y=ys, name=reason, marker_color=COLOURS[reason]), 1, 1)
-    bands = [band_of(lo) for lo, _ in BANDS if band_of(lo) in summary["pooled_by_confidence"]]
+    bands = list(summary["pooled_by_confidence"])  # in BANDS order (`measure`)
     fig.add_trace(go.Bar(x=bands, y=[100 * summary["pooled_by_confidence"][b]["wrong_rate"] for b in bands],
                          marker_color="#555555", showlegend=False), 1, 2)
     for order, colour in (("inputs committed first", "#555555"), ("an input not yet committed", "#bbbbbb")):
@@ -178,8 +175,8 @@ def figure(summary: dict, title: str):
                              marker_pattern_shape="/" if order.startswith("an") else ""), 2, 1)
     fig.update_yaxes(title_text="wrong written digits (%)", row=2, col=1)
     fig.update_xaxes(title_text="configuration", row=2, col=1)
-    fig.update_yaxes(title_text="wrong computed digits (%)", row=1, col=1)
-    fig.update_yaxes(title_text="wrong computed digits (%)", row=1, col=2)
+    for col in (1, 2):
+        fig.update_yaxes(title_text="wrong computed digits (%)", row=1, col=col)
     fig.update_xaxes(title_text="configuration", tickangle=-30, row=1, col=1)
     fig.update_xaxes(title_text="confidence band (Polestar configurations pooled)", row=1, col=2)
     fig.update_layout(title=title, barmode="group", height=860, legend_title_text="committed by / order",

@@ -194,11 +194,10 @@ def commit_reliability(d: dict) -> str:
         rates = c["wrong_rate_by_reason"]
         rows.append(f"| {name} | {pct(c['accuracy'])} | {c['nfe']:.1f} | "
                     + " | ".join(pct(rates.get(r)) for r in reasons) + " |")
-    bands = ", ".join(f"{b}: {pct(v['wrong_rate'])} of {v['digits']:,}" for b, v in
-                      sorted(d["pooled_by_confidence"].items(), key=lambda kv: float(kv[0][1:].split(",")[0])))
+    bands = ", ".join(f"{b}: {pct(v['wrong_rate'])} of {v['digits']:,}" for b, v in d["pooled_by_confidence"].items())
     kinds = "; ".join(f"{name}: " + ", ".join(f"{k} {pct(v)}" for k, v in sorted(configs[name]["wrong_rate_by_kind"]
                                                                               .items()))
-                      for name in ("Fast-dLLM", "Polestar (defaults)") if "wrong_rate_by_kind" in configs[name])
+                      for name in ("Fast-dLLM", "Polestar (defaults)"))
     order = "; ".join(
         f"{name}: {pct(o['written, inputs committed first']['wrong_rate'])} of "
         f"{o['written, inputs committed first']['digits']:,} when every input was committed by an earlier forward, "
