@@ -3,6 +3,11 @@ switched on one at a time, judge every computed scratchpad digit of each complet
 function of, and group the verdicts by the rule that committed the digit and by its confidence at commit.
 
     python -m analysis.commit_reliability --n 80 --out reports/figures
+    python -m analysis.commit_reliability --samplers --n 40 --out reports/figures
+
+`--samplers` decodes with the samplers of the model card's accuracy rows instead (LLaDA's, one token per step,
+and τ = 0.9 parallel decoding without a cache) and writes `commit_reliability_samplers.*`: the same verdicts say
+whether the model's own mistakes come from what it knows or from the order it commits in.
 
 A column chunk is `a+b+c=ds`, `a-b-c=ds` or `a*m=pp+c=ds` (model card, "Workload"). Its computed digits and what
 each is judged against, all read from the completion itself:
@@ -106,12 +111,21 @@ def configs(gen_length: int) -> dict:
     }
 
 
+def sampler_configs(gen_length: int) -> dict:
+    from polestar.config import resolve
+
+    return {"LLaDA sampler, 1 token per step": resolve("baseline", gen_length=gen_length),
+            "τ = 0.9, no cache": resolve("parallel", gen_length=gen_length)}
+
+
 def band_of(confidence: float) -> str:
     i = max(0, bisect.bisect_right(BANDS, confidence) - 1)
     return f"[{BANDS[i]:g}, {BANDS[i + 1]:g})" if i + 1 < len(BANDS) else f"[{BANDS[i]:g}, 1]"
 
 
-def measure(model, examples, cfgs: dict) -> tuple[list[dict], dict]:
+def measure(model, examples, cfgs: dict, pooled_over: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
+    """Verdict counts per configuration and grouping; the confidence bands are also pooled over the
+    configurations named in `pooled_over` (all of them when it is empty)."""
     import polestar
     from polestar import tasks
 
@@ -132,7 +146,7 @@ def measure(model, examples, cfgs: dict) -> tuple[list[dict], dict]:
                             ("order", order), ("kind, order", f"{v.kind}, {order}")):
                     n, wrong = counts.get(key, (0, 0))
                     counts[key] = (n + 1, wrong + (not v.right))
-                if name != "Fast-dLLM":
+                if not pooled_over or name in pooled_over:
                     n, wrong = pooled.get(band, (0, 0))
                     pooled[band] = (n + 1, wrong + (not v.right))
         for (grouping, group), (n, wrong) in sorted(counts.items()):
@@ -146,7 +160,8 @@ def measure(model, examples, cfgs: dict) -> tuple[list[dict], dict]:
                                       for (k, g), (n, w) in counts.items() if k == "kind, order"}}
     pooled_rates = {band: {"digits": pooled[band][0], "wrong_rate": pooled[band][1] / pooled[band][0]}
                     for band in map(band_of, BANDS) if band in pooled}
-    return rows, {"configs": summary, "pooled_by_confidence": pooled_rates}
+    return rows, {"configs": summary, "pooled_by_confidence": pooled_rates,
+                  "pooled_over": list(pooled_over or cfgs)}
 
 
 def figure(summary: dict, title: str):
@@ -178,21 +193,27 @@ def figure(summary: dict, title: str):
     for col in (1, 2):
         fig.update_yaxes(title_text="wrong computed digits (%)", row=1, col=col)
     fig.update_xaxes(title_text="configuration", tickangle=-30, row=1, col=1)
-    fig.update_xaxes(title_text="confidence band (Polestar configurations pooled)", row=1, col=2)
+    pooled = "Polestar configurations" if len(summary["pooled_over"]) > 2 else " and ".join(summary["pooled_over"])
+    fig.update_xaxes(title_text=f"confidence band ({pooled} pooled)", row=1, col=2)
     fig.update_layout(title=title, barmode="group", height=860, legend_title_text="committed by / order",
                       template="plotly_white")
     return fig
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = figio.parser(__doc__.split("\n\n")[0], n=80).parse_args(argv)
+    p = figio.parser(__doc__.split("\n\n")[0], n=80)
+    p.add_argument("--samplers", action="store_true",
+                   help="decode with LLaDA's sampler and τ = 0.9 without a cache instead of the cache methods")
+    args = p.parse_args(argv)
     if args.task != "arith":
         raise SystemExit("commit_reliability judges arith scratchpads: run it with --task arith")
     model = figio.setup(args)
-    rows, summary = measure(model, figio.examples(args), configs(args.gen_length))
+    cfgs = sampler_configs(args.gen_length) if args.samplers else configs(args.gen_length)
+    pooled_over = () if args.samplers else tuple(name for name in cfgs if name != "Fast-dLLM")
+    rows, summary = measure(model, figio.examples(args), cfgs, pooled_over)
     fig = figure(summary, f"Which commits write wrong scratchpad digits (arith, n = {args.n}, "
                           f"generation {args.gen_length})")
-    figio.write(args, NAME, rows, summary, fig)
+    figio.write(args, f"{NAME}_samplers" if args.samplers else NAME, rows, summary, fig)
     for name, s in summary["configs"].items():
         rates = ", ".join(f"{r} {100 * w:.1f} %" for r, w in sorted(s["wrong_rate_by_reason"].items()))
         print(f"{name}: right {100 * s['accuracy']:.0f} %, NFE {s['nfe']:.1f}; wrong digits: {rates}")

@@ -20,6 +20,8 @@ FIGURES = {
     "fig8_multitoken_drift": {"step", "committed", "group", "local_drift"},
     "commit_reliability": {"config", "grouping", "group", "digits", "wrong", "wrong_rate"},
 }
+# extra runs of a script with a flag: output name -> (script, flags)
+VARIANTS = {"commit_reliability_samplers": ("commit_reliability", ["--samplers"])}
 
 
 @pytest.fixture(scope="module")
@@ -27,21 +29,28 @@ def outputs(tmp_path_factory):
     import importlib
 
     out = tmp_path_factory.mktemp("figures")
-    for name in FIGURES:
+    runs = [(name, []) for name in FIGURES] + list(VARIANTS.values())
+    for name, flags in runs:
         importlib.import_module(f"analysis.{name}").main(["--n", "1", "--gen-length", "64", "--out", str(out),
-                                                          "--no-png"])
+                                                          "--no-png", *flags])
     return out
 
 
-@pytest.mark.parametrize("name", list(FIGURES))
+@pytest.mark.parametrize("name", list(FIGURES) + list(VARIANTS))
 def test_figure_script_writes_finite_rows(outputs, name):
     with (outputs / f"{name}.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert rows and FIGURES[name] <= set(rows[0]), set(rows[0])
+    assert rows and FIGURES[VARIANTS.get(name, (name,))[0]] <= set(rows[0]), set(rows[0])
     numbers = [float(v) for r in rows for k, v in r.items() if v not in ("", None) and _numeric(v)]
     assert numbers and all(math.isfinite(x) for x in numbers)
     summary = json.loads((outputs / f"{name}.json").read_text())
     assert summary["settings"]["n"] == 1 and (outputs / f"{name}.html").stat().st_size > 1000
+
+
+def test_sampler_run_judges_the_samplers_of_the_model_card(outputs):
+    summary = json.loads((outputs / "commit_reliability_samplers.json").read_text())
+    assert list(summary["configs"]) == ["LLaDA sampler, 1 token per step", "τ = 0.9, no cache"]
+    assert summary["configs"]["LLaDA sampler, 1 token per step"]["digits_by_reason"].keys() <= {"quota"}
 
 
 def test_findings_page_is_built_from_the_outputs(outputs, tmp_path):
