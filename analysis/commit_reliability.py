@@ -93,6 +93,21 @@ def commit_of_each_digit(pieces: list[str], commits: dict[int, tuple[str, float,
     return out
 
 
+COLUMN_ORDERS = ("both written digits after every input", "a written digit before an input")
+
+
+def column_orders(judged) -> list[tuple[str, bool]]:
+    """(order, right) per column chunk, from `commit_of_each_digit`'s output: a chunk's two written digits (carry
+    out and digit, judged together) are consecutive and share their inputs. The chunk is in order when both were
+    committed by a later forward than every input, so the model saw all of them when it wrote either digit; a
+    per-digit count charges the second digit of a chunk for the first one's mistake, this one does not."""
+    out = []
+    for (_, _, first, v), (_, _, first_next, nxt) in zip(judged, judged[1:]):
+        if v.kind == "written" and nxt.kind == "written" and v.inputs == nxt.inputs and v.offset < nxt.offset:
+            out.append((COLUMN_ORDERS[0] if first and first_next else COLUMN_ORDERS[1], v.right))
+    return out
+
+
 def configs(gen_length: int) -> dict:
     from polestar.config import resolve
 
@@ -138,8 +153,11 @@ def measure(model, examples, cfgs: dict, pooled_over: tuple[str, ...] = ()) -> t
             nfe += r.nfe
             pieces = [model.tokenizer.decode([t], skip_special_tokens=True) for t in r.token_ids]
             commits = {c.gen_index: (c.reason, c.confidence, e.nfe) for e in r.trace.events for c in e.commits}
-            for reason, confidence, first, v in commit_of_each_digit(pieces, commits,
-                                                                     digit_verdicts("".join(pieces))):
+            judged = commit_of_each_digit(pieces, commits, digit_verdicts("".join(pieces)))
+            for key, right in column_orders(judged):
+                n, wrong = counts.get(("column, order", key), (0, 0))
+                counts[("column, order", key)] = (n + 1, wrong + (not right))
+            for reason, confidence, first, v in judged:
                 order = "inputs committed first" if first else "an input not yet committed"
                 band = band_of(confidence)
                 for key in (("reason", reason), ("confidence", band), ("kind", v.kind),
@@ -157,7 +175,9 @@ def measure(model, examples, cfgs: dict, pooled_over: tuple[str, ...] = ()) -> t
                          "digits_by_reason": {g: n for (k, g), (n, _) in counts.items() if k == "reason"},
                          "wrong_rate_by_kind": {g: w / n for (k, g), (n, w) in counts.items() if k == "kind"},
                          "by_order": {g: {"digits": n, "wrong_rate": w / n}
-                                      for (k, g), (n, w) in counts.items() if k == "kind, order"}}
+                                      for (k, g), (n, w) in counts.items() if k == "kind, order"},
+                         "by_column_order": {g: {"columns": n, "wrong_rate": w / n}
+                                             for (k, g), (n, w) in counts.items() if k == "column, order"}}
     pooled_rates = {band: {"digits": pooled[band][0], "wrong_rate": pooled[band][1] / pooled[band][0]}
                     for band in map(band_of, BANDS) if band in pooled}
     return rows, {"configs": summary, "pooled_by_confidence": pooled_rates,

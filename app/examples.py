@@ -13,15 +13,15 @@ from polestar import tasks
 from polestar.tasks import Example
 
 # (task, index among make(task, 40, seed=0)): word problems first; the first one is the default prompt. With
-# the shipped weights (model card v4, checkpoints/polestar-tiny-v6 at step 4,200) and Polestar's defaults, the
-# arith picks are the four of the first 40 whose every solution line is right (not only the final number): #34
-# runs 22 forwards with 12 refresh steps, 9 drift commits and 79 suffix commits (26 of them content, not EOS);
-# it is the default as the shortest of the four, which finishes within the app's 5 s on a busy 2-core CPU
-# (`python -m analysis.app_timing`: 4.0 s). #35, #8 and #6 run 24–29 forwards with 11–18 refresh steps, 6–27
-# drift commits and 42–54 content suffix commits. Of the list examples #27, #22 and #4 are right and #2 is wrong;
-# #27 commits 15 content tokens from the suffix (Fast-dLLM needs 104 forwards on it and gets it wrong), the
-# others only EOS.
-PICKS = (("arith", 34), ("arith", 35), ("arith", 8), ("arith", 6), ("lists", 27), ("lists", 22), ("lists", 4),
+# the shipped weights (model card v5, checkpoints/polestar-tiny-v7 at step 7,300) and Polestar's defaults
+# (`python -m app.examples --pool`), 8 of the first 40 arith answers end in the right number and 6 of those have
+# drift commits. #14 is the default: 15 forwards, 6 refresh steps, 3 drift commits, 50 content suffix commits
+# (28 EOS), every equation and column right (the first restatement is paraphrased). #24, #28 and #0 also end in
+# the right number, with 22–24 forwards, 11–14 refresh steps, 4–10 drift commits and 43–66 content suffix
+# commits, and each shows a slip written by parallel commits (`Gives 2911.`, `6-7--=19`, `4866 2:`) that the
+# canvas traces to its commit. Of the list examples #27 (73 tokens), #13 (77 tokens) and #23 are right and #2 is
+# wrong; lists answers are short, and their suffix commits are EOS.
+PICKS = (("arith", 14), ("arith", 24), ("arith", 28), ("arith", 0), ("lists", 27), ("lists", 13), ("lists", 23),
          ("lists", 2))
 POOL = 40
 
@@ -36,16 +36,29 @@ def default_prompt() -> str:
     return examples()[0].prompt
 
 
-def main() -> None:
-    """Print Polestar's counters (defaults, shipped model) for each pick and the correctness of its answer."""
+def main(argv: list[str] | None = None) -> None:
+    """Print Polestar's counters (defaults, shipped model) for each pick and the correctness of its answer;
+    `--pool` prints them for every example of the pool instead (what a re-pick chooses from), with whether
+    every line of a word problem's solution is right (`lines_right`), not only its final number."""
+    import argparse
     import json
 
     import polestar
 
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--pool", action="store_true", help="every example of the pool, not only the picks")
+    args = p.parse_args(argv)
     model = polestar.load_model(polestar.DEFAULT_MODEL)
-    for (task, i), ex in zip(PICKS, examples()):
+    if args.pool:
+        chosen = [((task, i), ex) for task in dict.fromkeys(t for t, _ in PICKS)
+                  for i, ex in enumerate(tasks.make(task, POOL, seed=0))]
+    else:
+        chosen = list(zip(PICKS, examples()))
+    for (task, i), ex in chosen:
         r = polestar.generate(model, ex.prompt, "polestar")
-        print(json.dumps({"task": task, "index": i, "correct": tasks.score(task, ex, r.text), "nfe": r.nfe,
+        print(json.dumps({"task": task, "index": i, "correct": tasks.score(task, ex, r.text),
+                          "lines_right": r.text.strip() == ex.answer.strip(), "nfe": r.nfe,
+                          "content_tokens": sum(t != model.eos_id for t in r.token_ids),
                           **r.counters.as_dict()}), flush=True)
 
 

@@ -130,6 +130,19 @@ def test_digit_verdicts_charge_an_error_to_the_digit_that_made_it():
         ("threshold", 11, False)]
 
 
+def test_column_order_needs_both_written_digits_after_every_input():
+    from analysis.commit_reliability import COLUMN_ORDERS, column_orders, commit_of_each_digit, digit_verdicts
+
+    text = "8+7+0=15 6+5+1=13"  # the second chunk's written pair is wrong (6 + 5 + 1 = 12)
+    pieces = list(text)
+    forward = dict(enumerate([0] * len(pieces)))
+    forward.update({6: 3, 7: 3, 15: 3, 16: 2})  # chunk 1: pair after its inputs; chunk 2: its digit `3` at 2,
+    forward[13] = 2  # ... while its carry-in `1` is committed at 2 too (not earlier): out of order
+    commits = {i: ("threshold", 1.0, f) for i, f in forward.items()}
+    judged = commit_of_each_digit(pieces, commits, digit_verdicts(text))
+    assert column_orders(judged) == [(COLUMN_ORDERS[0], True), (COLUMN_ORDERS[1], False)]
+
+
 def test_step_breakdown_interleaves_methods_and_averages_repeats():
     import polestar
     from analysis.step_breakdown import markdown, measure
