@@ -34,7 +34,8 @@ def run(args, model, panels: dict[str, dict[str, DecodeConfig]], reference: dict
         fig.add_trace(go.Scatter(x=[summary[panel][lab]["tpf"] for lab in labels],
                                  y=[summary[panel][lab]["speedup"] for lab in labels], mode="markers+text",
                                  text=[f"{lab} ({100 * summary[panel][lab]['accuracy']:.0f} %)" for lab in labels],
-                                 textposition=[("top center", "bottom center")[i % 2] for i in range(len(labels))],
+                                 textposition=_label_positions([summary[panel][lab]["tpf"] for lab in labels],
+                                                               [summary[panel][lab]["speedup"] for lab in labels]),
                                  marker={"size": 10, "color": "#0072B2"}, showlegend=False,
                                  hovertemplate="%{text}<br>TPF %{x:.2f}<br>TPS %{y:.2f}× the reference"
                                                "<extra></extra>"), 1, col)
@@ -48,6 +49,23 @@ def run(args, model, panels: dict[str, dict[str, DecodeConfig]], reference: dict
     fig.update_layout(height=500, width=max(700, 450 * len(panels)), margin={"b": 110})
     out_rows = [{k: v for k, v in r.items() if k != "config"} for r in rows]
     return out_rows, summary, fig
+
+
+def _label_positions(xs: list[float], ys: list[float]) -> list[str]:
+    """A text position per point: alternating above and below, except that a point near an earlier one (labels
+    are wide: a quarter of the x range, 15 % of the y range) takes the first side of ("middle left", "middle
+    right", "top center", "bottom center") that none of its near neighbours took, so close settings keep
+    readable labels."""
+    span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    out: list[str] = []
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        near = {out[j] for j in range(i) if abs(xs[j] - x) < 0.25 * span_x and abs(ys[j] - y) < 0.15 * span_y}
+        if not near:
+            out.append(("top center", "bottom center")[i % 2])
+            continue
+        sides = ("middle left", "middle right", "top center", "bottom center")
+        out.append(next((side for side in sides if side not in near), sides[0]))
+    return out
 
 
 def _padded(values: list[float], share: float) -> list[float]:
