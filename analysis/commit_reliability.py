@@ -3,7 +3,7 @@ switched on one at a time, judge every computed scratchpad digit of each complet
 function of, and group the verdicts by the rule that committed the digit and by its confidence at commit.
 
     python -m analysis.commit_reliability --n 80 --out reports/figures
-    python -m analysis.commit_reliability --samplers --n 40 --out reports/figures
+    python -m analysis.commit_reliability --samplers --n 24 --out reports/figures
 
 `--samplers` decodes with the samplers of the model card's accuracy rows instead (LLaDA's, one token per step,
 and τ = 0.9 parallel decoding without a cache) and writes `commit_reliability_samplers.*`: the same verdicts say
@@ -138,6 +138,12 @@ def band_of(confidence: float) -> str:
     return f"[{BANDS[i]:g}, {BANDS[i + 1]:g})" if i + 1 < len(BANDS) else f"[{BANDS[i]:g}, 1]"
 
 
+def _tally(counts: dict, key, right: bool) -> None:
+    """counts[key] = (seen, wrong), one more verdict added."""
+    n, wrong = counts.get(key, (0, 0))
+    counts[key] = (n + 1, wrong + (not right))
+
+
 def measure(model, examples, cfgs: dict, pooled_over: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
     """Verdict counts per configuration and grouping; the confidence bands are also pooled over the
     configurations named in `pooled_over` (all of them when it is empty)."""
@@ -155,18 +161,15 @@ def measure(model, examples, cfgs: dict, pooled_over: tuple[str, ...] = ()) -> t
             commits = {c.gen_index: (c.reason, c.confidence, e.nfe) for e in r.trace.events for c in e.commits}
             judged = commit_of_each_digit(pieces, commits, digit_verdicts("".join(pieces)))
             for key, right in column_orders(judged):
-                n, wrong = counts.get(("column, order", key), (0, 0))
-                counts[("column, order", key)] = (n + 1, wrong + (not right))
+                _tally(counts, ("column, order", key), right)
             for reason, confidence, first, v in judged:
                 order = "inputs committed first" if first else "an input not yet committed"
                 band = band_of(confidence)
                 for key in (("reason", reason), ("confidence", band), ("kind", v.kind),
                             ("order", order), ("kind, order", f"{v.kind}, {order}")):
-                    n, wrong = counts.get(key, (0, 0))
-                    counts[key] = (n + 1, wrong + (not v.right))
+                    _tally(counts, key, v.right)
                 if not pooled_over or name in pooled_over:
-                    n, wrong = pooled.get(band, (0, 0))
-                    pooled[band] = (n + 1, wrong + (not v.right))
+                    _tally(pooled, band, v.right)
         for (grouping, group), (n, wrong) in sorted(counts.items()):
             rows.append({"config": name, "grouping": grouping, "group": group, "digits": n, "wrong": wrong,
                          "wrong_rate": wrong / n})
@@ -213,7 +216,8 @@ def figure(summary: dict, title: str):
     for col in (1, 2):
         fig.update_yaxes(title_text="wrong computed digits (%)", row=1, col=col)
     fig.update_xaxes(title_text="configuration", tickangle=-30, row=1, col=1)
-    pooled = "Polestar configurations" if len(summary["pooled_over"]) > 2 else " and ".join(summary["pooled_over"])
+    left_out = [name for name in names if name not in summary["pooled_over"]]
+    pooled = f"all but {', '.join(left_out)}" if left_out else "all configurations"
     fig.update_xaxes(title_text=f"confidence band ({pooled} pooled)", row=1, col=2)
     fig.update_layout(title=title, barmode="group", height=860, legend_title_text="committed by / order",
                       template="plotly_white")
