@@ -7,7 +7,9 @@
 from analysis.tables import main  # noqa: E402
 from polestar.config import resolve  # noqa: E402
 
-FORMATS = ("fp16", "fp8", "int8", "mxfp4", "int2", "nvfp4", "nvfp4-residual")
+# the paper's rows: the residual formats (x − its cluster centroid, quantized), plain NVFP4 (its collapse), and
+# fp16 as the unquantized reference
+FORMATS = ("fp16", "fp8-residual", "int8-residual", "mxfp4-residual", "int2-residual", "nvfp4", "nvfp4-residual")
 
 if __name__ == "__main__":
     main("table11_formats", "Hidden-state formats",

@@ -21,7 +21,10 @@ def compute(table: str, configs: dict[str, DecodeConfig], suites: list[str], n: 
     import polestar
     from polestar import bench
 
+    from polestar.threads import set_decode_threads
+
     model = polestar.load_model(model_path)
+    set_decode_threads(model)  # as the bench CLI: one thread for the embedded model (polestar/threads.py)
     out = ROOT / "reports" / f"{table}.csv"
     bench.run_bench(model, suites, n, configs, seed, out=out)
     return out

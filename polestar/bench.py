@@ -31,6 +31,15 @@ class BenchError(ConfigError):
     """A bench output file that cannot be resumed."""
 
 
+def _cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo; elsewhere `platform.processor()`, often empty)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
+
+
 def provenance() -> dict[str, Any]:
     import torch
     import transformers
@@ -42,7 +51,7 @@ def provenance() -> dict[str, Any]:
         sha = ""
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu x{torch.get_num_threads()}"
     return {"git_sha": sha or "unknown", "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(), "machine": f"{platform.machine()} {platform.processor()}".strip(),
+            "python": platform.python_version(), "machine": f"{platform.machine()} {_cpu_name()}".strip(),
             "device": device, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
@@ -71,7 +80,7 @@ def run_bench(model, suites: list[str], n: int, configs: dict[str, DecodeConfig]
         _check_resumable(out)
         rows = read_csv(out, weights)
     done = {(r["suite"], int(r["example"]), r["method"], r["config"]) for r in rows}
-    stamp = provenance() | {"model": weights}
+    stamp = provenance() | {"model": weights, "dtype": str(next(model.parameters()).dtype).removeprefix("torch.")}
     work = [(suite, i, ex) for suite in suites for i, ex in enumerate(tasks.make(suite, n, seed))]
     todo = [(s, i, ex, m) for s, i, ex in work for m in methods if (s, i, m, config_json[m]) not in done]
     if not decode:
@@ -162,7 +171,8 @@ def markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
              f"{r['tokens_per_step']:.2f} | {r['nfe']:.1f} | {r['tps']:.1f} | {_ratio(r['speedup'])} | "
              f"{r['refresh_steps']:.1f} | {r['drift_commits']:.1f} ({100 * r['with_drift']:.0f}% of examples) | "
              f"{r['suffix_commits']:.1f} ({r['suffix_eos_commits']:.1f}) | {r['forced_commits']:.1f} |" for r in table]
-    foot = (f"\nMachine: {stamp['device']} ({stamp['machine']}), torch {stamp['torch']}, git {shas}, "
+    dtype = f", {stamp['dtype']}" if stamp.get("dtype") else ""
+    foot = (f"\nMachine: {stamp['device']} ({stamp['machine']}){dtype}, torch {stamp['torch']}, git {shas}, "
             f"{when}" + (f", weights sha256 {stamp['model']}…" if stamp.get("model") else "")
             + ". TPF = non-EOS tokens / NFE; TPS = non-EOS tokens / decode wall time. The counters are means per "
             "example; the drift column also gives the share of examples with at least one drift commit.")
@@ -171,7 +181,7 @@ def markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
 
 COUNTERS = ("refresh_steps", "drift_commits", "suffix_commits", "suffix_eos_commits", "forced_commits")
 FIELDS = ("suite", "example", "method", "correct", "nfe", "content_tokens", "tokens_per_step", "wall_s", *COUNTERS,
-          "config", "model", "git_sha", "torch", "transformers", "python", "machine", "device", "timestamp")
+          "config", "model", "dtype", "git_sha", "torch", "transformers", "python", "machine", "device", "timestamp")
 
 
 def append_csv(row: dict[str, Any], path: Path) -> None:

@@ -79,6 +79,8 @@ def test_table_plot_reads_only_the_served_weights(tmp_path):
     bench.run_bench(polestar.load_model(paths[1]), ["lists"], 1, configs, 0, progress=False, out=out)
     md = plot("mixed_g16", "baseline", "mixed", "cmd", str(paths[0]), root=tmp_path).read_text()
     assert "| lists | baseline | 2 |" in md and "| lists | fast-dllm | 2 |" in md
+    dtype = str(polestar.load_model(paths[0]).dtype).removeprefix("torch.")
+    assert f"), {dtype}, torch" in md  # the footer names the dtype the rows were decoded in
     md = plot("mixed_g16", "baseline", "mixed", "cmd", str(paths[1]), root=tmp_path).read_text()
     assert "| lists | baseline | 1 |" in md
     with pytest.raises(bench.BenchError, match="compute"):

@@ -154,9 +154,11 @@ class Transformer(nn.Module):
         they are for those (row, position) pairs, as if that row had not pushed the position through.
         """
         block = self.layers[index]
-        q, k, v = self.project_qkv(index, h)
+        own_kv = cache is None or write  # read-only rows attend over the cache's K/V and never need their own
+        q, k, v = self.project_qkv(index, h, kv=own_kv)
         rotary = positions if pad is None else self._row_positions(positions, pad)
-        q, k = self.rope.apply(q, rotary), self.rope.apply(k, rotary)
+        q = self.rope.apply(q, rotary)
+        k = self.rope.apply(k, rotary) if own_kv else None
         if cache is not None:
             if write:
                 cache.write(index, positions, k, v, keep)
@@ -225,17 +227,17 @@ class Transformer(nn.Module):
 
     def project_q(self, index: int, h: torch.Tensor) -> torch.Tensor:
         """Normed query projection of `h` [batch, n, d] alone: [b, heads, n, hd] (Polestar's proxy queries)."""
-        block, s = self.layers[index], self.spec
-        b, n = h.shape[:2]
-        return block.wq(block.attn_norm(h)).view(b, n, s.n_heads, s.head_dim).transpose(1, 2)
+        return self.project_qkv(index, h, kv=False)[0]
 
-    def project_qkv(self, index: int, h: torch.Tensor, query: bool = True):
+    def project_qkv(self, index: int, h: torch.Tensor, query: bool = True, kv: bool = True):
         """Normed projections of `h` [batch, n, d]: q [b, heads, n, hd] (None without `query`), k and v
-        [b, kv_heads, n, hd]."""
+        [b, kv_heads, n, hd] (None without `kv`)."""
         block, s = self.layers[index], self.spec
         b, n = h.shape[:2]
         x = block.attn_norm(h)
         q = block.wq(x).view(b, n, s.n_heads, s.head_dim).transpose(1, 2) if query else None
+        if not kv:
+            return q, None, None
         k = block.wk(x).view(b, n, s.n_kv_heads, s.head_dim).transpose(1, 2)
         v = block.wv(x).view(b, n, s.n_kv_heads, s.head_dim).transpose(1, 2)
         return q, k, v

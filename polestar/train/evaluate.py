@@ -148,10 +148,13 @@ def main() -> None:
                    help="teacher-forced probe of the one-digit facts instead (arith-drill, all column results masked)")
     p.add_argument("--dump", default=None, help="append every example's row (JSON lines) to this file")
     p.add_argument("--time-forward", action="store_true", help="also time one full forward over 320 tokens")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16...: default as `load_model` (the stored dtype, "
+                   "float32 on a CPU without native bf16); the model card's numbers name theirs")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = polestar.load_model(args.model, device=args.device)
+    model = polestar.load_model(args.model, dtype=args.dtype, device=args.device)
+    print(json.dumps({"model": args.model, "dtype": str(model.dtype).removeprefix("torch.")}), flush=True)
     if args.time_forward:
         print(json.dumps({"forward_320_ms_median": round(time_forward(model), 2), "threads": torch.get_num_threads()}))
     if args.columns:
