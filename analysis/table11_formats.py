@@ -11,7 +11,11 @@ from polestar.config import resolve  # noqa: E402
 # fp16 as the unquantized reference
 FORMATS = ("fp16", "fp8-residual", "int8-residual", "mxfp4-residual", "int2-residual", "nvfp4", "nvfp4-residual")
 
+
+
+def configs(a):
+    return {f: resolve("polestar", gen_length=a.gen_length, polestar_hidden_format=f) for f in FORMATS}
+
+
 if __name__ == "__main__":
-    main("table11_formats", "Hidden-state formats",
-         lambda a: {f: resolve("polestar", gen_length=a.gen_length, polestar_hidden_format=f) for f in FORMATS},
-         "fp16", ["arith"])
+    main("table11_formats", "Hidden-state formats", configs, "fp16", ["arith"])
