@@ -12,7 +12,6 @@ from polestar.config import resolve  # noqa: E402
 FORMATS = ("fp16", "fp8-residual", "int8-residual", "mxfp4-residual", "int2-residual", "nvfp4", "nvfp4-residual")
 
 
-
 def configs(a):
     return {f: resolve("polestar", gen_length=a.gen_length, polestar_hidden_format=f) for f in FORMATS}
 
