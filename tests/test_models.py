@@ -129,6 +129,26 @@ def test_partial_forward_against_cache_equals_full_forward(case):
     torch.testing.assert_close(logits, full.logits[:, block], rtol=0, atol=0)
 
 
+def test_read_only_rows_attend_over_the_cache_as_it_is(case):
+    """`layer(..., write=False)` (Polestar's packet recompute) leaves the cache untouched and gives the rows
+    exactly what `write=True` gives them when the cache already holds their K/V (the full forward wrote them); a
+    cache whose rows were changed is what the read-only rows attend over."""
+    _, root = case
+    model = polestar.load_model(root, dtype=torch.float64)
+    ids = _ids(21, seed=5)
+    cache = model.new_cache(2, ids.shape[1])
+    full = model.run(ids, cache=cache, output_hidden_states=True)
+    rows, layer = torch.tensor([2, 7, 8, 15]), 1
+    h = full.hidden_states[layer][:, rows]
+    before = cache.k.clone(), cache.v.clone()
+    read_only = model.layer(layer, h, rows, cache, write=False).hidden
+    assert torch.equal(cache.k, before[0]) and torch.equal(cache.v, before[1])
+    torch.testing.assert_close(read_only, model.layer(layer, h, rows, cache).hidden, rtol=0, atol=1e-12)
+    cache.v[layer] += 1.0  # now the cache differs from what the rows' own inputs would write
+    shifted = model.layer(layer, h, rows, cache, write=False).hidden
+    assert not torch.allclose(shifted, read_only)
+
+
 def test_rotary_reuses_angles_only_for_the_same_unchanged_positions():
     """The table keeps the angles of the last positions tensor; an in-place change of that tensor, or another
     tensor, is rotated at its own positions, and inverse ∘ forward is the identity up to the
