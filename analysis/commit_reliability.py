@@ -144,6 +144,11 @@ def _tally(counts: dict, key, right: bool) -> None:
     counts[key] = (n + 1, wrong + (not right))
 
 
+def _rates(counts: dict, unit: str) -> dict:
+    """{group: (seen, wrong)} -> {group: {unit: seen, "wrong_rate": wrong / seen}}."""
+    return {g: {unit: n, "wrong_rate": w / n} for g, (n, w) in counts.items()}
+
+
 def measure(model, examples, cfgs: dict, pooled_over: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
     """Verdict counts per configuration and grouping; the confidence bands are also pooled over the
     configurations named in `pooled_over` (all of them when it is empty)."""
@@ -173,16 +178,16 @@ def measure(model, examples, cfgs: dict, pooled_over: tuple[str, ...] = ()) -> t
         for (grouping, group), (n, wrong) in sorted(counts.items()):
             rows.append({"config": name, "grouping": grouping, "group": group, "digits": n, "wrong": wrong,
                          "wrong_rate": wrong / n})
+        def grouped(grouping: str) -> dict:  # group -> (seen, wrong) of one grouping
+            return {g: nw for (k, g), nw in counts.items() if k == grouping}
+
         summary[name] = {"accuracy": correct / len(examples), "nfe": nfe / len(examples),
-                         "wrong_rate_by_reason": {g: w / n for (k, g), (n, w) in counts.items() if k == "reason"},
-                         "digits_by_reason": {g: n for (k, g), (n, _) in counts.items() if k == "reason"},
-                         "wrong_rate_by_kind": {g: w / n for (k, g), (n, w) in counts.items() if k == "kind"},
-                         "by_order": {g: {"digits": n, "wrong_rate": w / n}
-                                      for (k, g), (n, w) in counts.items() if k == "kind, order"},
-                         "by_column_order": {g: {"columns": n, "wrong_rate": w / n}
-                                             for (k, g), (n, w) in counts.items() if k == "column, order"}}
-    pooled_rates = {band: {"digits": pooled[band][0], "wrong_rate": pooled[band][1] / pooled[band][0]}
-                    for band in map(band_of, BANDS) if band in pooled}
+                         "wrong_rate_by_reason": {g: w / n for g, (n, w) in grouped("reason").items()},
+                         "digits_by_reason": {g: n for g, (n, _) in grouped("reason").items()},
+                         "wrong_rate_by_kind": {g: w / n for g, (n, w) in grouped("kind").items()},
+                         "by_order": _rates(grouped("kind, order"), "digits"),
+                         "by_column_order": _rates(grouped("column, order"), "columns")}
+    pooled_rates = _rates({band: pooled[band] for band in map(band_of, BANDS) if band in pooled}, "digits")
     return rows, {"configs": summary, "pooled_by_confidence": pooled_rates,
                   "pooled_over": list(pooled_over or cfgs)}
 

@@ -253,13 +253,9 @@ def _table_rows(csv_path: Path, model_path: str, baseline: str) -> tuple[dict, l
     return ({r["method"]: r for r in bench.summarise(rows, baseline=baseline)} if rows else {}), rows
 
 
-def _table_footer(rows: list[dict]) -> str:
-    r = rows[0]
-    return (f"{r['device']} ({r['machine']}), {r.get('dtype') or 'dtype not recorded'}, git "
-            f"{', '.join(dict.fromkeys(x['git_sha'] for x in rows))}")
-
-
 def table4(summary: dict, rows: list[dict], gen_length: int) -> str:
+    from polestar import bench
+
     fast, cache, current, full = (summary[k] for k in PAPER_TABLE4)
     n = min(r["n"] for r in summary.values())
     lines = "\n".join(
@@ -283,7 +279,7 @@ def table4(summary: dict, rows: list[dict], gen_length: int) -> str:
             "points and 0.15 TPF, the current-block commit 0.61 TPF, the suffix commit 0.19 TPF, at 78.3–78.9 % "
             "accuracy; TPS 1.83× Fast-dLLM's in all.\n"
             f"- Ours: n = {n} `arith` examples, generation {gen_length}, embedded (assets/models/polestar-tiny), "
-            f"methods interleaved per example in one run; {_table_footer(rows)}. TPS is this CPU's, a ratio within "
+            f"methods interleaved per example in one run; {bench.origin(rows)}. TPS is this CPU's, a ratio within "
             "the run.\n"
             f"- Command: `python -m analysis.table4_ablation compute --n {n} --gen-length {gen_length}` "
             f"(table: `reports/table4_ablation_g{gen_length}.md`)\n\n"
@@ -293,6 +289,8 @@ def table4(summary: dict, rows: list[dict], gen_length: int) -> str:
 
 
 def table11(summary: dict, rows: list[dict], gen_length: int) -> str:
+    from polestar import bench
+
     ref = summary["fp16"]
     n = min(r["n"] for r in summary.values())
     pts = {k: 100 * (v["accuracy"] - ref["accuracy"]) for k, v in summary.items()}
@@ -310,7 +308,7 @@ def table11(summary: dict, rows: list[dict], gen_length: int) -> str:
             "within 0.4 points of FP16, MXFP4 within 0.7; INT2 collapses to 0 %; plain NVFP4 drops to 54.98 % and "
             "residual NVFP4 recovers 78.33 %.\n"
             f"- Ours: n = {n} `arith` examples, generation {gen_length}, Polestar's defaults with each format; "
-            f"{_table_footer(rows)}. One example is {100 / n:.1f} points; the binomial standard error of fp16's "
+            f"{bench.origin(rows)}. One example is {100 / n:.1f} points; the binomial standard error of fp16's "
             f"accuracy is {100 * (ref['accuracy'] * (1 - ref['accuracy']) / n) ** 0.5:.1f} points.\n"
             f"- Command: `python -m analysis.table11_formats compute --n {n} --gen-length {gen_length}` "
             f"(table: `reports/table11_formats_g{gen_length}.md`)\n\n"

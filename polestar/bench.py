@@ -158,23 +158,28 @@ def _ratio(x: float) -> str:
     return "—" if math.isnan(x) else f"{x:.2f}×"  # no baseline in the run: no speed-up to show
 
 
-def markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
-    """The summary table and a footer naming where its rows come from: a resumed bench (several invocations on
-    one CSV) lists every git commit and the span of its timestamps."""
+def origin(rows: list[dict[str, Any]]) -> str:
+    """Where bench rows come from, in words: device, CPU, dtype, torch, every git commit and the span of the
+    timestamps (a resumed bench has several), the weights."""
     stamp = rows[0]
     shas = ", ".join(dict.fromkeys(r["git_sha"] for r in rows))
     times = sorted(r["timestamp"] for r in rows)
     when = times[0] if times[0] == times[-1] else f"{times[0]} to {times[-1]}"
+    dtype = f", {stamp['dtype']}" if stamp.get("dtype") else ""
+    return (f"{stamp['device']} ({stamp['machine']}){dtype}, torch {stamp['torch']}, git {shas}, {when}"
+            + (f", weights sha256 {stamp['model']}…" if stamp.get("model") else ""))
+
+
+def markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+    """The summary table and a footer naming where its rows come from: a resumed bench (several invocations on
+    one CSV) lists every git commit and the span of its timestamps."""
     head = ("| suite | method | n | accuracy | TPF | tokens/step | NFE | TPS | speed-up | refresh steps "
             "| drift commits | suffix commits (EOS) | forced |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [f"| {r['suite']} | {r['method']} | {r['n']} | {100 * r['accuracy']:.1f}% | {r['tpf']:.2f} | "
              f"{r['tokens_per_step']:.2f} | {r['nfe']:.1f} | {r['tps']:.1f} | {_ratio(r['speedup'])} | "
              f"{r['refresh_steps']:.1f} | {r['drift_commits']:.1f} ({100 * r['with_drift']:.0f}% of examples) | "
              f"{r['suffix_commits']:.1f} ({r['suffix_eos_commits']:.1f}) | {r['forced_commits']:.1f} |" for r in table]
-    dtype = f", {stamp['dtype']}" if stamp.get("dtype") else ""
-    foot = (f"\nMachine: {stamp['device']} ({stamp['machine']}){dtype}, torch {stamp['torch']}, git {shas}, "
-            f"{when}" + (f", weights sha256 {stamp['model']}…" if stamp.get("model") else "")
-            + ". TPF = non-EOS tokens / NFE; TPS = non-EOS tokens / decode wall time. The counters are means per "
+    foot = (f"\nMachine: {origin(rows)}. TPF = non-EOS tokens / NFE; TPS = non-EOS tokens / decode wall time. The counters are means per "
             "example; the drift column also gives the share of examples with at least one drift commit.")
     return "\n".join([head, *lines]) + "\n" + foot + "\n"
 
