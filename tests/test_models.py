@@ -169,6 +169,29 @@ def test_rotary_reuses_angles_only_for_the_same_unchanged_positions():
     assert torch.equal(table.apply(x, torch.tensor([0, 0, 0, 0])), x)  # angle 0: cos 1, sin 0
 
 
+def test_forward_and_rotary_under_inference_mode(case):
+    """Inference tensors keep no version counter: a forward under `torch.inference_mode` gives the logits of one
+    under `no_grad`, and the rotary table never reuses angles for an inference positions tensor changed in place."""
+    from polestar.models.rope import RotaryTable
+
+    _, root = case
+    model = polestar.load_model(root, dtype=torch.float64)
+    ids = _ids(17, seed=6)
+    with torch.no_grad():
+        expected = model(ids)
+    with torch.inference_mode():
+        got = model(ids)
+        table = RotaryTable(8, 10000.0, 16, in_fp32=True)
+        x = torch.randn(1, 2, 4, 8, dtype=torch.float64)
+        positions = torch.tensor([0, 3, 5, 9])
+        first = table.apply(x, positions)
+        positions += 1
+        moved = table.apply(x, positions)
+    assert torch.equal(got, expected)
+    assert torch.equal(moved, table.apply(x, torch.tensor([1, 4, 6, 10])))
+    assert not torch.equal(first, moved)
+
+
 def test_model_identity(case):
     family, root = case
     model = polestar.load_model(root)

@@ -51,11 +51,11 @@ class RotaryTable:
 
     def _rows(self, positions: torch.Tensor, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         for entry in self._recent:
-            if entry[0] is positions and entry[1:4] == (positions._version, device, dtype):
+            if entry[0] is positions and entry[1:4] == (version(positions), device, dtype):
                 return entry[4]
         n_needed = int(positions.max()) + 1 if positions.numel() else 0
         rows = tuple(t[positions].to(dtype) for t in self._tables(device, n_needed))
-        self._recent = [(positions, positions._version, device, dtype, rows)] + self._recent[: self._KEEP - 1]
+        self._recent = [(positions, version(positions), device, dtype, rows)] + self._recent[: self._KEEP - 1]
         return rows
 
     def apply(self, x: torch.Tensor, positions: torch.Tensor, inverse: bool = False) -> torch.Tensor:
@@ -68,6 +68,12 @@ class RotaryTable:
             cos, sin, sin_inverse = cos.unsqueeze(1), sin.unsqueeze(1), sin_inverse.unsqueeze(1)
         xc = x.to(dtype)
         return (xc * cos + _swap_halves(xc) * (sin_inverse if inverse else sin)).to(x.dtype)
+
+
+def version(t: torch.Tensor) -> object:
+    """What a memo keyed on `t` compares to notice in-place writes: its version counter, or, for an inference
+    tensor (made under `torch.inference_mode`, which keeps no counter), a fresh object that matches nothing."""
+    return object() if t.is_inference() else t._version
 
 
 def _swap_halves(x: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from polestar.models.cache import KVCache
-from polestar.models.rope import RotaryTable
+from polestar.models.rope import RotaryTable, version
 from polestar.models.spec import ModelSpec
 
 
@@ -180,11 +180,11 @@ class Transformer(nn.Module):
         columns get 0). One tensor per (positions, pad) pair, kept while they are the latest: every layer of a
         forward rotates at the same positions, and the rotary table keeps the angles of a tensor it has seen."""
         last = self._rotary_memo
-        if last is not None and last[0] is positions and last[1] is pad and last[2] == (positions._version,
-                                                                                          pad._version):
+        if last is not None and last[0] is positions and last[1] is pad and last[2] == (version(positions),
+                                                                                          version(pad)):
             return last[3]
         rotary = (positions.unsqueeze(0) - pad.unsqueeze(1)).clamp_min(0)
-        self._rotary_memo = (positions, pad, (positions._version, pad._version), rotary)
+        self._rotary_memo = (positions, pad, (version(positions), version(pad)), rotary)
         return rotary
 
     def _attend_rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_first: torch.Tensor,
