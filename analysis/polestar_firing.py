@@ -3,9 +3,17 @@ with --set) and report, per example, refresh steps, drift commits and suffix com
 all steps the distributions the rules compare: block targets in the band τ_early < c < τ_s, their drift delta
 Δ against the gate α(τ_s − c)² and δ_max, and the suffix candidates' confidence against τ_suffix.
 
+Is the drift gate informative? For every band target and step, "gate_agreement" compares the token predicted
+then with the token the decode finally commits at that position, split by whether the default gate would fire
+(g ≤ Δ < δ_max) and by confidence. Run it with `--polestar-delta-max 0`, which keeps the drift rule's signals but
+lets no drift commit fire: a would-fire token is then not committed on the spot, and agreement says whether
+the drift rule would have committed what the decode later commits with more context (paper §3.2: a drift event
+marks a token converging to its final prediction). With drift commits on, a fired token agrees by construction.
+
     python -m analysis.polestar_firing --task arith --n 100 --out reports/polestar_firing_arith.json
     python -m analysis.polestar_firing --task arith --n 20 --polestar-alpha 2.5 \
         --polestar-tau-early 0.5   # any DecodeConfig flag
+    python -m analysis.polestar_firing --task arith --n 40 --polestar-delta-max 0   # the gate's precision
 """
 
 from __future__ import annotations
@@ -24,23 +32,44 @@ def _quantiles(values: list[float]) -> dict[str, float] | None:
             "p95": round(q[18], 4), "n": len(values)}
 
 
+def _agreement(cells: dict[tuple[str, str, bool], list[int]]) -> dict[str, dict]:
+    """Per gate outcome: how often the band token predicted at a step is the one finally committed there, over
+    all examples, per confidence bin, and over the examples whose final answer is right."""
+    out: dict[str, dict] = {}
+    for gate in ("would fire", "would not fire"):
+        mine = {key: v for key, v in cells.items() if key[0] == gate}
+
+        def rate(pick) -> dict:
+            agree, count = (sum(v[i] for key, v in mine.items() if pick(key)) for i in (0, 1))
+            return {"agree": round(agree / count, 4) if count else None, "n": count}
+
+        out[gate] = {"all": rate(lambda k: True), "right examples": rate(lambda k: k[2])} | {
+            f"confidence {b}": rate(lambda k, b=b: k[1] == b) for b in sorted({k[1] for k in mine})}
+    return out
+
+
 def measure(model, task: str, n: int, overrides: dict) -> dict:
     import polestar
     from polestar import tasks
-    from polestar.config import resolve
+    from polestar.config import DecodeConfig, resolve
 
     cfg = resolve("polestar", **overrides)
+    default_delta_max = DecodeConfig().polestar_delta_max
     per_example, band, band_delta, band_gate, band_fire, suffix_conf = [], 0, [], [], 0, []
     in_band_total = below_band = above = 0
+    agreement: dict[tuple[str, str, bool], list[int]] = {}  # (gate, confidence bin, example right) -> [agree, n]
     for ex in tasks.make(task, n, seed=0):
         r = polestar.generate(model, ex.prompt, cfg, trace=True)
-        per_example.append(r.counters.as_dict() | {"correct": tasks.score(task, ex, r.text), "nfe": r.nfe})
+        correct = tasks.score(task, ex, r.text)
+        per_example.append(r.counters.as_dict() | {"correct": correct, "nfe": r.nfe})
+        final = r.token_ids
         for event in r.trace.events:
             columns = event.extra
             suffix_conf += columns.get("extra_confidence", [])
             if "drift_delta" not in columns:
                 continue
-            for c, d, g in zip(columns["confidence"], columns["drift_delta"], columns["drift_gate"]):
+            for pos, c, d, g, token in zip(columns["targets"], columns["confidence"], columns["drift_delta"],
+                                           columns["drift_gate"], columns["prediction"]):
                 if c <= cfg.polestar_tau_early:
                     below_band += 1
                 elif c >= cfg.tau_s:
@@ -51,6 +80,11 @@ def measure(model, task: str, n: int, overrides: dict) -> dict:
                     band_gate.append(g)
                     band += d >= g
                     band_fire += cfg.polestar_tau_early < c < cfg.tau_s and g <= d < cfg.polestar_delta_max
+                    gate = "would fire" if g <= d < default_delta_max else "would not fire"
+                    cell = agreement.setdefault((gate, f"[{int(c * 10) / 10:.1f}, {int(c * 10) / 10 + 0.1:.1f})",
+                                                 bool(correct)), [0, 0])
+                    cell[0] += token == final[pos - r.trace.prompt_len]
+                    cell[1] += 1
     examples = len(per_example)
     mean = {k: round(sum(e[k] for e in per_example) / examples, 3) for k in per_example[0] if k != "correct"}
     return {
@@ -66,6 +100,7 @@ def measure(model, task: str, n: int, overrides: dict) -> dict:
         "suffix_candidates": len(suffix_conf),
         "suffix_candidates_at_or_above_tau_suffix": sum(c >= cfg.polestar_tau_suffix for c in suffix_conf),
         "suffix_confidence": _quantiles(suffix_conf),
+        "gate_agreement": _agreement(agreement),
         "per_example": per_example,
     }
 

@@ -330,6 +330,7 @@ def _event(view: StepView, result: Pass, nfe: int, tokens, confidence, selection
     if result.signals:  # per-target signals beside the targets and confidences they belong to (row 0)
         columns["targets"] = view.targets.tolist()
         columns["confidence"] = confidence[0].tolist()
+        columns["prediction"] = tokens[0].tolist()  # each target's token this step, committed or not
         columns |= {_SIGNAL_COLUMNS.get(name, name): value[0].tolist() for name, value in result.signals.items()}
         columns |= commit_policy.trace_columns(confidence, ctx)
     refreshed = [] if result.refreshed_positions is None else result.refreshed_positions.tolist()

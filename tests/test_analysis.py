@@ -161,3 +161,24 @@ def test_step_breakdown_interleaves_methods_and_averages_repeats():
         assert row["nfe"] == alone and row["sections"]["forward (cache policy)"] > 0
         assert 0 < row["sections"]["forward (cache policy)"] <= row["wall_s"] * 1.001
     assert "--repeats 2" in markdown(rows, 2, "lists", 64, 1, repeats=2)
+
+
+def test_gate_agreement_compares_band_predictions_with_the_final_canvas():
+    """With δ_max 0 the drift rule fires nowhere, yet its signals are traced: every in-band target of every step
+    is counted once under its gate outcome, and with the drift rule on, a would-fire token committed on the spot
+    agrees with the final canvas by construction."""
+    import polestar
+    from analysis.polestar_firing import measure
+
+    model = polestar.load_model(polestar.DEFAULT_MODEL)
+    silent = measure(model, "arith", 1, {"gen_length": 64, "polestar_delta_max": 0.0})
+    assert silent["mean_per_example"]["drift_commits"] == 0
+    counted = sum(silent["gate_agreement"][gate]["all"]["n"] for gate in ("would fire", "would not fire"))
+    assert counted == silent["block_targets"]["in band"] > 0
+    for gate in silent["gate_agreement"].values():
+        bins = [v["n"] for k, v in gate.items() if k.startswith("confidence")]
+        assert sum(bins) == gate["all"]["n"]
+    firing = measure(model, "arith", 1, {"gen_length": 64})
+    assert firing["mean_per_example"]["drift_commits"] > 0
+    fired = firing["gate_agreement"]["would fire"]["all"]
+    assert fired["n"] == firing["block_targets"]["in band, gate <= delta < delta_max"] and fired["agree"] == 1.0
