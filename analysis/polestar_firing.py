@@ -13,7 +13,8 @@ marks a token converging to its final prediction). With drift commits on, a fire
     python -m analysis.polestar_firing --task arith --n 100 --out reports/polestar_firing_arith.json
     python -m analysis.polestar_firing --task arith --n 20 --polestar-alpha 2.5 \
         --polestar-tau-early 0.5   # any DecodeConfig flag
-    python -m analysis.polestar_firing --task arith --n 40 --polestar-delta-max 0   # the gate's precision
+    python -m analysis.polestar_firing --task arith --n 40 --polestar-delta-max 0 \
+        --out reports/figures/drift_gate.json   # the gate's precision (a section of docs/findings.md)
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def _agreement(cells: dict[tuple[str, str, bool], list[int]]) -> dict[str, dict]
     return out
 
 
-def measure(model, task: str, n: int, overrides: dict) -> dict:
+def measure(model, task: str, n: int, overrides: dict,
+            model_label: str = "embedded (assets/models/polestar-tiny)") -> dict:
     import polestar
     from polestar import tasks
     from polestar.config import DecodeConfig, resolve
@@ -89,6 +91,7 @@ def measure(model, task: str, n: int, overrides: dict) -> dict:
     mean = {k: round(sum(e[k] for e in per_example) / examples, 3) for k in per_example[0] if k != "correct"}
     return {
         "task": task, "n": examples, "overrides": overrides,
+        "settings": {"n": examples, "task": task, "gen_length": cfg.gen_length, "model": model_label},
         "accuracy": sum(e["correct"] for e in per_example) / examples,
         "mean_per_example": mean,
         "examples_with_drift_commit": sum(e["drift_commits"] > 0 for e in per_example) / examples,
@@ -128,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     model = polestar.load_model(args.model)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(DecodeConfig)
                  if getattr(args, f.name) is not None}
-    result = measure(model, args.task, args.n, overrides)
+    result = measure(model, args.task, args.n, overrides,
+                     *([] if args.model == polestar.DEFAULT_MODEL else [str(args.model)]))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")

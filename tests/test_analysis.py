@@ -33,6 +33,8 @@ def outputs(tmp_path_factory):
     for name, flags in runs:
         importlib.import_module(f"analysis.{name}").main(["--n", "1", "--gen-length", "64", "--out", str(out),
                                                           "--no-png", *flags])
+    importlib.import_module("analysis.polestar_firing").main(["--n", "1", "--gen-length", "64", "--polestar-delta-max",
+                                                              "0", "--out", str(out / "drift_gate.json")])
     return out
 
 
@@ -57,8 +59,9 @@ def test_findings_page_is_built_from_the_outputs(outputs, tmp_path):
     from analysis import findings
 
     page = findings.render(outputs, tables=tmp_path)
-    for name in ("Fig 3", "Fig 4", "Fig 6a", "Fig 6b", "Fig 7", "Fig 8"):
+    for name in ("Fig 3", "Fig 4", "Fig 6a", "Fig 6b", "Fig 7", "Fig 8", "Drift gate"):
         assert name in page
+    assert "No output yet" not in page
     assert "verdict" in page.lower() and "n = 1" in page
 
 
