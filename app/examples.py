@@ -13,16 +13,16 @@ from polestar import tasks
 from polestar.tasks import Example
 
 # (task, index among make(task, 40, seed=0)): word problems first; the first one is the default prompt. With
-# the shipped weights (model card v5, checkpoints/polestar-tiny-v7 at step 7,300) and Polestar's defaults
-# (`python -m app.examples --pool`), 8 of the first 40 arith answers end in the right number and 6 of those have
-# drift commits. #14 is the default: 15 forwards, 6 refresh steps, 3 drift commits, 50 content suffix commits
-# (28 EOS), every equation and column right (the first restatement is paraphrased). #24, #28 and #0 also end in
-# the right number, with 22–24 forwards, 11–14 refresh steps, 4–10 drift commits and 43–66 content suffix
-# commits, and each shows a slip written by parallel commits (`Gives 2911.`, `6-7--=19`, `4866 2:`) that the
-# canvas traces to its commit. Of the list examples #27 (73 tokens), #13 (77 tokens) and #23 are right and #2 is
-# wrong; lists answers are short, and their suffix commits are EOS.
-PICKS = (("arith", 14), ("arith", 24), ("arith", 28), ("arith", 0), ("lists", 27), ("lists", 13), ("lists", 23),
-         ("lists", 2))
+# the shipped weights (model card v6, checkpoints/polestar-tiny-v7 at step 8,200) and Polestar's defaults
+# (`python -m app.examples --pool`), 13 of the first 40 arith answers end in the right number and 2 of those are
+# right in every line; all 40 have drift commits. #19 is the default: 16 forwards, 8 refresh steps, 7 drift
+# commits, 67 suffix commits of which 53 are content (14 EOS), every line right. #24 is right in every line too
+# (17 forwards, 9 refresh steps, 5 drift commits, 42 content suffix commits); #28 and #4 end in the right number
+# (9 and 10 drift commits, 55 and 36 content suffix commits) with a slip in a line that the canvas traces to its
+# commit. Of the list examples #3 (35 tokens), #19 and #4 are right and #27 (74 tokens) is wrong; lists answers
+# are short, and their suffix commits are nearly all EOS.
+PICKS = (("arith", 19), ("arith", 24), ("arith", 28), ("arith", 4), ("lists", 3), ("lists", 19), ("lists", 4),
+         ("lists", 27))
 POOL = 40
 
 
