@@ -36,7 +36,7 @@ def run(args, model, panels: dict[str, dict[str, DecodeConfig]], reference: dict
                                  text=[f"{lab} ({100 * summary[panel][lab]['accuracy']:.0f} %)" for lab in labels],
                                  textposition=_label_positions([summary[panel][lab]["tpf"] for lab in labels],
                                                                [summary[panel][lab]["speedup"] for lab in labels]),
-                                 marker={"size": 10, "color": "#0072B2"}, showlegend=False,
+                                 marker={"size": 10, "color": "#0072B2"}, showlegend=False, cliponaxis=False,
                                  hovertemplate="%{text}<br>TPF %{x:.2f}<br>TPS %{y:.2f}× the reference"
                                                "<extra></extra>"), 1, col)
         xs = [summary[panel][lab]["tpf"] for lab in labels]
