@@ -136,23 +136,27 @@ def test_batch_throughput_script_checks_every_row(tmp_path):
 
 
 def test_findings_table_sections_come_from_the_table_rows(tmp_path):
-    """docs/findings.md's Table 4 and 11 sections summarise the rows `analysis.<table> compute` writes (the
+    """docs/findings.md's Table 1, 4 and 11 sections summarise the rows `analysis.<table> compute` writes (the
     tables' own configs), the paper's numbers beside ours; a table with no rows of the weights is listed as
     not measured."""
     from types import SimpleNamespace
 
-    from analysis import findings, table4_ablation, table11_formats
+    from analysis import findings, table1_methods, table4_ablation, table11_formats
 
     root = write_checkpoint(tmp_path / "m", "llada")
     model = polestar.load_model(root)
     tables = tmp_path / "reports"
-    for name, module in (("table4_ablation", table4_ablation), ("table11_formats", table11_formats)):
-        bench.run_bench(model, ["arith"], 1, module.configs(SimpleNamespace(gen_length=32)), 0, progress=False,
+    for name, module, suites in (("table4_ablation", table4_ablation, ["arith"]),
+                                 ("table11_formats", table11_formats, ["arith"]),
+                                 ("table1_methods", table1_methods, ["arith", "lists"])):
+        bench.run_bench(model, suites, 1, module.configs(SimpleNamespace(gen_length=32)), 0, progress=False,
                         out=tables / f"{name}_g256.csv")
     page = findings.render(tmp_path / "no-figures", tables=tables, model_path=str(root))
     assert "## Table 4" in page and "| +suffix-commit | 78.33 % | 3.67 |" in page
     assert "## Table 11" in page and "| nvfp4 | 54.98 % |" in page and "n = 1 `arith`" in page
-    assert page.count("**Verdict:") == 2 and "table1_methods" in page
+    assert "## Table 1" in page and "| polestar | 78.33 % | 3.67 | 1.83× |" in page
+    assert "| d2cache | – | – | – |" in page and "lists accuracy" in page and "`lists` n = 1" in page
+    assert page.count("**Verdict:") == 3 and "Not measured" not in page
     other = write_checkpoint(tmp_path / "other", "llada", seed=1)
     page = findings.render(tmp_path / "no-figures", tables=tables, model_path=str(other))
-    assert "## Table 4" not in page and "table4_ablation, table11_formats" in page
+    assert "## Table 4" not in page and "table1_methods, table4_ablation, table11_formats" in page
