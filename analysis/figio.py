@@ -56,6 +56,11 @@ def examples(args):
     return tasks.make(args.task, args.n, 0)
 
 
+def model_label(path: str | None) -> str:
+    """How a summary names its weights: the path given, or the embedded model's (None)."""
+    return path or "embedded (assets/models/polestar-tiny)"
+
+
 def write(args, name: str, rows: list[dict[str, Any]], summary: dict[str, Any], fig) -> Path:
     """Write the CSV, the summary JSON (with the command's settings), the HTML and (unless --no-png) the PNG."""
     out: Path = args.out
@@ -65,8 +70,7 @@ def write(args, name: str, rows: list[dict[str, Any]], summary: dict[str, Any], 
             writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)), restval="")
             writer.writeheader()
             writer.writerows(rows)
-    settings = {"n": args.n, "task": args.task, "gen_length": args.gen_length,
-                "model": args.model or "embedded (assets/models/polestar-tiny)"}
+    settings = {"n": args.n, "task": args.task, "gen_length": args.gen_length, "model": model_label(args.model)}
     (out / f"{name}.json").write_text(json.dumps({"settings": settings, **summary}, indent=2, default=_plain) + "\n")
     fig.write_html(out / f"{name}.html", include_plotlyjs="cdn")
     if not args.no_png:

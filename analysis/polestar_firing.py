@@ -49,10 +49,11 @@ def _agreement(cells: dict[tuple[str, str, bool], list[int]]) -> dict[str, dict]
     return out
 
 
-def measure(model, task: str, n: int, overrides: dict,
-            model_label: str = "embedded (assets/models/polestar-tiny)") -> dict:
+def measure(model, task: str, n: int, overrides: dict, model_path: str | None = None) -> dict:
     import polestar
     from polestar import tasks
+    from analysis.commit_reliability import band_of
+    from analysis.figio import model_label
     from polestar.config import DecodeConfig, resolve
 
     cfg = resolve("polestar", **overrides)
@@ -83,15 +84,14 @@ def measure(model, task: str, n: int, overrides: dict,
                     band += d >= g
                     band_fire += cfg.polestar_tau_early < c < cfg.tau_s and g <= d < cfg.polestar_delta_max
                     gate = "would fire" if g <= d < default_delta_max else "would not fire"
-                    cell = agreement.setdefault((gate, f"[{int(c * 10) / 10:.1f}, {int(c * 10) / 10 + 0.1:.1f})",
-                                                 bool(correct)), [0, 0])
+                    cell = agreement.setdefault((gate, band_of(c), bool(correct)), [0, 0])
                     cell[0] += token == final[pos - r.trace.prompt_len]
                     cell[1] += 1
     examples = len(per_example)
     mean = {k: round(sum(e[k] for e in per_example) / examples, 3) for k in per_example[0] if k != "correct"}
     return {
         "task": task, "n": examples, "overrides": overrides,
-        "settings": {"n": examples, "task": task, "gen_length": cfg.gen_length, "model": model_label},
+        "settings": {"n": examples, "task": task, "gen_length": cfg.gen_length, "model": model_label(model_path)},
         "accuracy": sum(e["correct"] for e in per_example) / examples,
         "mean_per_example": mean,
         "examples_with_drift_commit": sum(e["drift_commits"] > 0 for e in per_example) / examples,
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(DecodeConfig)
                  if getattr(args, f.name) is not None}
     result = measure(model, args.task, args.n, overrides,
-                     *([] if args.model == polestar.DEFAULT_MODEL else [str(args.model)]))
+                     None if args.model == polestar.DEFAULT_MODEL else str(args.model))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")

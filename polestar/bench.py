@@ -179,8 +179,9 @@ def markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
              f"{r['tokens_per_step']:.2f} | {r['nfe']:.1f} | {r['tps']:.1f} | {_ratio(r['speedup'])} | "
              f"{r['refresh_steps']:.1f} | {r['drift_commits']:.1f} ({100 * r['with_drift']:.0f}% of examples) | "
              f"{r['suffix_commits']:.1f} ({r['suffix_eos_commits']:.1f}) | {r['forced_commits']:.1f} |" for r in table]
-    foot = (f"\nMachine: {origin(rows)}. TPF = non-EOS tokens / NFE; TPS = non-EOS tokens / decode wall time. The counters are means per "
-            "example; the drift column also gives the share of examples with at least one drift commit.")
+    foot = (f"\nMachine: {origin(rows)}. TPF = non-EOS tokens / NFE; TPS = non-EOS tokens / decode wall time. The "
+            "counters are means per example; the drift column also gives the share of examples with at least one drift "
+            "commit.")
     return "\n".join([head, *lines]) + "\n" + foot + "\n"
 
 
