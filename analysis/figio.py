@@ -61,6 +61,15 @@ def model_label(path: str | None) -> str:
     return path or "embedded (assets/models/polestar-tiny)"
 
 
+def weights_key(path: str | None) -> str:
+    """Which weights a summary was measured with (the bench rows' key: 16 hex digits of their sha256), so that
+    `analysis.findings` never presents a figure measured on weights no longer shipped."""
+    import polestar
+    from polestar import bench
+
+    return bench.weights_key(path or polestar.DEFAULT_MODEL)
+
+
 def write(args, name: str, rows: list[dict[str, Any]], summary: dict[str, Any], fig) -> Path:
     """Write the CSV, the summary JSON (with the command's settings), the HTML and (unless --no-png) the PNG."""
     out: Path = args.out
@@ -70,7 +79,8 @@ def write(args, name: str, rows: list[dict[str, Any]], summary: dict[str, Any], 
             writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)), restval="")
             writer.writeheader()
             writer.writerows(rows)
-    settings = {"n": args.n, "task": args.task, "gen_length": args.gen_length, "model": model_label(args.model)}
+    settings = {"n": args.n, "task": args.task, "gen_length": args.gen_length, "model": model_label(args.model),
+                "weights": weights_key(args.model)}
     (out / f"{name}.json").write_text(json.dumps({"settings": settings, **summary}, indent=2, default=_plain) + "\n")
     fig.write_html(out / f"{name}.html", include_plotlyjs="cdn")
     if not args.no_png:

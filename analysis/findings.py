@@ -409,11 +409,20 @@ TABLES = (("table1_methods", "baseline", PAPER_TABLE1, table1), ("table4_ablatio
 def render(figures: Path, tables: Path | None = None, model_path: str | None = None) -> str:
     import polestar
 
+    from polestar import bench
+
+    shipped = bench.weights_key(model_path or polestar.DEFAULT_MODEL)
     parts = [HEAD]
     for name, section in SECTIONS:
         path = figures / f"{name}.json"
         if path.is_file():
-            parts.append(section(json.loads(path.read_text())))
+            summary = json.loads(path.read_text())
+            recorded = summary["settings"].get("weights")  # outputs written before 2026-12-04 do not say
+            if recorded and recorded != shipped:
+                parts.append(f"## {name}\n\nMeasured on other weights ({recorded}; these are {shipped}): re-run "
+                             f"it (analysis/README.md has the command).\n")
+            else:
+                parts.append(section(summary))
         else:
             parts.append(f"## {name}\n\nNo output yet: run `python -m analysis.{name}`.\n")
     tables = ROOT / "reports" if tables is None else tables

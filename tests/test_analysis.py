@@ -65,6 +65,28 @@ def test_findings_page_is_built_from_the_outputs(outputs, tmp_path):
     assert "verdict" in page.lower() and "n = 1" in page
 
 
+def test_findings_never_presents_a_figure_of_other_weights(outputs, tmp_path):
+    """Every summary records its weights; a figure measured on weights other than the shipped ones is replaced by
+    a line saying so (a new model must not inherit the old one's findings)."""
+    import shutil
+
+    import polestar
+    from analysis import findings
+    from polestar import bench
+
+    shipped = bench.weights_key(polestar.DEFAULT_MODEL)
+    names = [n for n in list(FIGURES) + ["drift_gate"]]
+    assert {json.loads((outputs / f"{n}.json").read_text())["settings"]["weights"] for n in names} == {shipped}
+    figures = tmp_path / "figures"
+    shutil.copytree(outputs, figures)
+    summary = json.loads((figures / "fig4_drift_heatmap.json").read_text())
+    summary["settings"]["weights"] = "0" * 16
+    (figures / "fig4_drift_heatmap.json").write_text(json.dumps(summary))
+    page = findings.render(figures, tables=tmp_path)
+    assert f"## fig4_drift_heatmap\n\nMeasured on other weights ({'0' * 16}; these are {shipped})" in page
+    assert "Fig 4" not in page and "Fig 3" in page and "Drift gate" in page
+
+
 def _numeric(v: str) -> bool:
     try:
         float(v)
