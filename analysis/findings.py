@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from analysis.figio import REPORTS, ROOT
+from analysis.figio import REPORTS, ROOT, weights_key
 
 HEAD = """# Findings: the paper's analyses beside ours
 
@@ -273,11 +273,11 @@ PAPER_TABLE11 = {"fp16": 78.90, "fp8-residual": 78.90, "int8-residual": 78.54, "
                  "int2-residual": 0.00, "nvfp4": 54.98, "nvfp4-residual": 78.33}
 
 
-def _table_rows(csv_path: Path, model_path: str, baseline: str) -> tuple[dict, list[dict]]:
-    """Per-method summary of a table's CSV (the rows of `model_path`'s weights) and the rows themselves."""
+def _table_rows(csv_path: Path, weights: str, baseline: str) -> tuple[dict, list[dict]]:
+    """Per-method summary of a table's CSV (the rows of the weights keyed `weights`) and the rows themselves."""
     from polestar import bench
 
-    rows = bench.read_csv(csv_path, bench.weights_key(model_path)) if csv_path.is_file() else []
+    rows = bench.read_csv(csv_path, weights) if csv_path.is_file() else []
     methods = {r["method"] for r in rows}
     done = {}  # a bench still running has decoded its last example with some methods only: compare the rest
     for r in rows:
@@ -407,11 +407,7 @@ TABLES = (("table1_methods", "baseline", PAPER_TABLE1, table1), ("table4_ablatio
 
 
 def render(figures: Path, tables: Path | None = None, model_path: str | None = None) -> str:
-    import polestar
-
-    from polestar import bench
-
-    shipped = bench.weights_key(model_path or polestar.DEFAULT_MODEL)
+    shipped = weights_key(model_path)  # hashed once: the figures and the tables read the same weights
     parts = [HEAD]
     for name, section in SECTIONS:
         path = figures / f"{name}.json"
@@ -428,7 +424,7 @@ def render(figures: Path, tables: Path | None = None, model_path: str | None = N
     tables = ROOT / "reports" if tables is None else tables
     missing = []
     for name, baseline, paper, section in TABLES:
-        summary, rows = _table_rows(tables / f"{name}_g256.csv", model_path or polestar.DEFAULT_MODEL, baseline)
+        summary, rows = _table_rows(tables / f"{name}_g256.csv", shipped, baseline)
         if set(paper) <= set(summary):
             parts.append(section(summary, rows, 256))
         else:

@@ -75,7 +75,7 @@ def test_findings_never_presents_a_figure_of_other_weights(outputs, tmp_path):
     from polestar import bench
 
     shipped = bench.weights_key(polestar.DEFAULT_MODEL)
-    names = [n for n in list(FIGURES) + ["drift_gate"]]
+    names = list(FIGURES) + ["drift_gate"]
     assert {json.loads((outputs / f"{n}.json").read_text())["settings"]["weights"] for n in names} == {shipped}
     figures = tmp_path / "figures"
     shutil.copytree(outputs, figures)
