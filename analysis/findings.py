@@ -413,8 +413,8 @@ def render(figures: Path, tables: Path | None = None, model_path: str | None = N
         path = figures / f"{name}.json"
         if path.is_file():
             summary = json.loads(path.read_text())
-            recorded = summary["settings"].get("weights")  # outputs written before 2026-12-04 do not say
-            if recorded and recorded != shipped:
+            recorded = summary["settings"].get("weights", "weights not recorded")
+            if recorded != shipped:
                 parts.append(f"## {name}\n\nMeasured on other weights ({recorded}; these are {shipped}): re-run "
                              f"it (analysis/README.md has the command).\n")
             else:

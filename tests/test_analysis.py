@@ -82,9 +82,13 @@ def test_findings_never_presents_a_figure_of_other_weights(outputs, tmp_path):
     summary = json.loads((figures / "fig4_drift_heatmap.json").read_text())
     summary["settings"]["weights"] = "0" * 16
     (figures / "fig4_drift_heatmap.json").write_text(json.dumps(summary))
+    summary = json.loads((figures / "fig8_multitoken_drift.json").read_text())
+    del summary["settings"]["weights"]  # unrecorded weights are not presumed to be the shipped ones
+    (figures / "fig8_multitoken_drift.json").write_text(json.dumps(summary))
     page = findings.render(figures, tables=tmp_path)
     assert f"## fig4_drift_heatmap\n\nMeasured on other weights ({'0' * 16}; these are {shipped})" in page
-    assert "Fig 4" not in page and "Fig 3" in page and "Drift gate" in page
+    assert f"## fig8_multitoken_drift\n\nMeasured on other weights (weights not recorded; these are {shipped})" in page
+    assert "Fig 4" not in page and "Fig 8" not in page and "Fig 3" in page and "Drift gate" in page
 
 
 def _numeric(v: str) -> bool:
