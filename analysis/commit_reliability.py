@@ -210,7 +210,7 @@ def figure(summary: dict, title: str):
         fig.add_trace(go.Bar(x=names, y=ys, name=reason, marker_color=COLOURS[reason]), 1, 1)
     bands = list(summary["pooled_by_confidence"])  # in BANDS order (`measure`)
     fig.add_trace(go.Bar(x=bands, y=[100 * summary["pooled_by_confidence"][b]["wrong_rate"] for b in bands],
-                         marker_color="#555555", showlegend=False), 1, 2)
+                         name="any rule, by confidence", marker_color="#000000"), 1, 2)  # its own legend entry
     for order, colour in (("inputs committed first", "#555555"), ("an input not yet committed", "#bbbbbb")):
         ys = [100 * summary["configs"][c]["by_order"].get(f"written, {order}", {}).get("wrong_rate", float("nan"))
               for c in names]
