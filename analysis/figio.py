@@ -70,6 +70,12 @@ def weights_key(path: str | None) -> str:
     return bench.weights_key(path or polestar.DEFAULT_MODEL)
 
 
+def settings(n: int, task: str, gen_length: int, model_path: str | None) -> dict[str, Any]:
+    """The `settings` block of a summary JSON: what was measured, on which model and which weights."""
+    return {"n": n, "task": task, "gen_length": gen_length, "model": model_label(model_path),
+            "weights": weights_key(model_path)}
+
+
 def write(args, name: str, rows: list[dict[str, Any]], summary: dict[str, Any], fig) -> Path:
     """Write the CSV, the summary JSON (with the command's settings), the HTML and (unless --no-png) the PNG."""
     out: Path = args.out
@@ -79,9 +85,8 @@ def write(args, name: str, rows: list[dict[str, Any]], summary: dict[str, Any], 
             writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)), restval="")
             writer.writeheader()
             writer.writerows(rows)
-    settings = {"n": args.n, "task": args.task, "gen_length": args.gen_length, "model": model_label(args.model),
-                "weights": weights_key(args.model)}
-    (out / f"{name}.json").write_text(json.dumps({"settings": settings, **summary}, indent=2, default=_plain) + "\n")
+    measured = settings(args.n, args.task, args.gen_length, args.model)
+    (out / f"{name}.json").write_text(json.dumps({"settings": measured, **summary}, indent=2, default=_plain) + "\n")
     fig.write_html(out / f"{name}.html", include_plotlyjs="cdn")
     if not args.no_png:
         png(fig, out / f"{name}.png")

@@ -53,7 +53,7 @@ def measure(model, task: str, n: int, overrides: dict, model_path: str | None = 
     import polestar
     from polestar import tasks
     from analysis.commit_reliability import band_of
-    from analysis.figio import model_label, weights_key
+    from analysis.figio import settings
     from polestar.config import DecodeConfig, resolve
 
     cfg = resolve("polestar", **overrides)
@@ -91,8 +91,7 @@ def measure(model, task: str, n: int, overrides: dict, model_path: str | None = 
     mean = {k: round(sum(e[k] for e in per_example) / examples, 3) for k in per_example[0] if k != "correct"}
     return {
         "task": task, "n": examples, "overrides": overrides,
-        "settings": {"n": examples, "task": task, "gen_length": cfg.gen_length, "model": model_label(model_path),
-                     "weights": weights_key(model_path)},
+        "settings": settings(examples, task, cfg.gen_length, model_path),
         "accuracy": sum(e["correct"] for e in per_example) / examples,
         "mean_per_example": mean,
         "examples_with_drift_commit": sum(e["drift_commits"] > 0 for e in per_example) / examples,
