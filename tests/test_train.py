@@ -252,6 +252,53 @@ def test_focus_rows_mask_and_score_only_the_computed_digits():
     assert (masked[-1] & ~focus[-1]).any()  # uniform masking where no focus is marked
 
 
+def test_focus_block_rows_compute_one_block_with_the_future_masked():
+    """With focus_rows=1 and focus_block_rows=1 every row with focus tokens shows its response clean up to a block
+    j that holds focus tokens (j·B from the response start), masks only focus tokens inside block j, masks all of
+    the response after it, and scores exactly block j's masked focus tokens; j varies over the rows."""
+    from transformers import PreTrainedTokenizerFast
+
+    import polestar
+    from polestar.train.data import TaskBatcher
+    from polestar.train.trainer import sft_loss
+
+    tok = PreTrainedTokenizerFast.from_pretrained(polestar.DEFAULT_MODEL)
+    batch = TaskBatcher(tok, 0, seed=5, token_budget=4096, response_lengths=(256,), task_names=("arith",)).batch(0)
+
+    class Recorder(torch.nn.Module):
+        def forward(self, noisy):
+            self.noisy = noisy
+            self.logits = torch.zeros(*noisy.shape, len(tok), requires_grad=True)
+            return self.logits
+
+    block = 32
+    model = Recorder()
+    sft_loss(model, batch.ids, batch.response, 2, 0.001, torch.Generator().manual_seed(0), block_length=block,
+             eos_id=0, focus=batch.focus, focus_rows=1.0, focus_block_rows=1.0).backward()
+    masked = model.noisy == 2
+    scored = model.logits.grad.abs().sum(-1) > 0
+    blocks = set()
+    for row in range(batch.ids.shape[0]):
+        response = batch.response[row].nonzero().flatten()
+        start, end = int(response[0]), int(response[-1]) + 1
+        tail = masked[row, start:end].long()
+        # the masked future: from some position on, every response position is masked; it may begin inside block
+        # j (its last focus tokens masked), never before it (block j shows layout tokens), so j ends at the next
+        # block boundary
+        run = end - int(tail.flip(0).cumprod(0).sum())
+        cut = start + -(-(run - start) // block) * block
+        first = cut - block
+        assert first >= start
+        blocks.add((first - start) // block)
+        assert not masked[row, start:first].any()  # the blocks before j are clean
+        assert batch.focus[row, first:cut].any()  # block j holds focus tokens
+        in_block = masked[row, first:cut]
+        assert not (in_block & ~batch.focus[row, first:cut]).any()  # inside j only focus tokens are masked
+        assert torch.equal(scored[row], torch.nn.functional.pad(in_block, (first, len(scored[row]) - cut)))
+        assert not masked[row, :start].any()  # the prompt is never masked
+    assert len(blocks) >= 3
+
+
 def test_column_probe_sorts_hidden_digits_by_kind():
     """`evaluate.column_accuracy` hides every computed digit of the drill's columns and scores each kind apart:
     against a stand-in model that predicts the answer exactly except on product lines, every product kind scores
@@ -292,3 +339,35 @@ def test_column_probe_sorts_hidden_digits_by_kind():
                if f"{op}_digit_col{c}" in scores)
     assert any(k.startswith("sum_") for k in scores) and any(k.startswith("difference_") for k in scores)
     assert 0 < scores["carry_in"] < 1 and 0 < scores["digit_col0"] < 1
+
+
+def test_column_in_context_probe_separates_shown_and_masked_futures():
+    """`evaluate.column_in_context` masks one column's two result digits per batch row, with the rest shown or
+    with everything after the column masked too: a stand-in model that reads each masked digit from the reference
+    canvas only when the token two places on is visible (a model that copies from the future) gets every column
+    right in context and none with the future masked."""
+    from types import SimpleNamespace
+
+    from polestar.api import chat_prompt_ids
+    from polestar.train.evaluate import column_in_context
+
+    embedded = polestar.load_model(polestar.DEFAULT_MODEL)
+    tok, mask, n = embedded.tokenizer, embedded.mask_id, 3
+    truths = {}
+    for ex in tasks.make("arith", n, 0):
+        prompt, answer = chat_prompt_ids(tok, ex.prompt), tok(ex.answer, add_special_tokens=False).input_ids
+        truths[tuple(prompt)] = torch.tensor(prompt + answer + [0] * (256 - len(answer)))
+
+    class FutureCopier(SimpleNamespace):
+        def __call__(self, canvas):
+            truth = next(t for prompt, t in truths.items() if tuple(canvas[0, :len(prompt)].tolist()) == prompt)
+            logits = 50.0 * torch.nn.functional.one_hot(truth, len(tok)).float().repeat(canvas.shape[0], 1, 1)
+            blind = torch.zeros_like(canvas, dtype=torch.bool)
+            blind[:, :-2] = (canvas[:, :-2] == mask) & (canvas[:, 2:] == mask)
+            logits[blind] = logits[blind].roll(1, -1)  # wrong where the token two places on is masked too
+            return logits
+
+    scores = column_in_context(FutureCopier(tokenizer=tok, mask_id=mask, eos_id=0, device="cpu"), n, 0)
+    assert scores["context_columns"] == scores["future_columns"] > 3 * n
+    assert scores["context_columns_right"] == 1 and scores["context_digits_below_0.9"] == 0
+    assert scores["future_columns_right"] == 0 and scores["future_digits_below_0.9"] == 1

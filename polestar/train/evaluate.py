@@ -116,6 +116,46 @@ def column_accuracy(model, n: int, seed: int) -> dict:
 
 
 @torch.no_grad()
+def column_in_context(model, n: int, seed: int, gen_length: int = 256) -> dict:
+    """Teacher-forced probe of one column at a time inside held-out `arith` worked answers: the column's carry-out
+    and written digit are masked, and either everything else is shown (`context`) or everything after the column
+    is masked too (`future`: the canvas one-token-per-step decoding computes a column in, where no later copy of
+    its result is visible yet). Per mode: the share of columns with both digits right (argmax), the mean
+    probability of the true digits and the share of digits below 0.9. One forward per example and mode (its
+    columns are the rows of a batch)."""
+    tok = model.tokenizer
+    stats = {mode: [0, 0, 0.0, 0, 0] for mode in ("context", "future")}  # columns right, columns, Σp, low, digits
+    for ex in tasks.make("arith", n, seed):
+        prompt = chat_prompt_ids(tok, ex.prompt)
+        enc = tok(ex.answer, add_special_tokens=False, return_offsets_mapping=True)
+        token_at = {a: j for j, (a, b) in enumerate(enc.offset_mapping) if b - a == 1}
+        columns = [[len(prompt) + token_at[m.start(g)] for g in (CARRY_OUT, DIGIT)] for m in COLUMN.finditer(ex.answer)]
+        truth = torch.tensor(prompt + enc.input_ids + [model.eos_id] * (gen_length - len(enc.input_ids)))
+        if not columns or len(enc.input_ids) > gen_length:
+            continue
+        for mode, tally in stats.items():
+            canvas = truth.repeat(len(columns), 1)
+            for row, positions in enumerate(columns):
+                canvas[row, positions] = model.mask_id
+                if mode == "future":
+                    canvas[row, positions[-1] + 1:] = model.mask_id
+            probs = model(canvas.to(model.device)).float().softmax(-1).cpu()
+            for row, positions in enumerate(columns):
+                p_true = probs[row, positions, truth[positions]]
+                right = bool((probs[row, positions].argmax(-1) == truth[positions]).all())
+                tally[0] += right
+                tally[1] += 1
+                tally[2] += float(p_true.sum())
+                tally[3] += int((p_true < 0.9).sum())
+                tally[4] += len(positions)
+    out = {"probe": "column_in_context", "n": n, "seed": seed}
+    for mode, (right, total, p_sum, low, digits) in stats.items():
+        out |= {f"{mode}_columns_right": round(right / max(1, total), 4), f"{mode}_mean_p": round(p_sum / max(1, digits), 4),
+                f"{mode}_digits_below_0.9": round(low / max(1, digits), 4), f"{mode}_columns": total}
+    return out
+
+
+@torch.no_grad()
 def time_forward(model, length: int = 320, repeats: int = 30) -> float:
     ids = torch.randint(0, len(model.tokenizer), (1, length))
     for _ in range(3):
@@ -146,6 +186,9 @@ def main() -> None:
                    help="teacher-forced probe instead: mask this fraction of each reference answer, one forward")
     p.add_argument("--columns", action="store_true",
                    help="teacher-forced probe of the one-digit facts instead (arith-drill, all column results masked)")
+    p.add_argument("--column-context", action="store_true",
+                   help="teacher-forced probe of one column at a time in held-out word problems instead, with the "
+                        "rest shown and with the future masked too")
     p.add_argument("--dump", default=None, help="append every example's row (JSON lines) to this file")
     p.add_argument("--time-forward", action="store_true", help="also time one full forward over 320 tokens")
     p.add_argument("--dtype", default=None, help="float32, bfloat16...: default as `load_model` (the stored dtype, "
@@ -159,6 +202,9 @@ def main() -> None:
         print(json.dumps({"forward_320_ms_median": round(time_forward(model), 2), "threads": torch.get_num_threads()}))
     if args.columns:
         print(json.dumps(column_accuracy(model, args.n, args.seed + 7_000_000)), flush=True)
+        return
+    if args.column_context:
+        print(json.dumps(column_in_context(model, args.n, args.seed, args.gen_length)), flush=True)
         return
     for task in filter(None, args.tasks.split(",")):  # `--tasks ''`: none (with --time-forward: only the timing)
         if args.fill is not None:

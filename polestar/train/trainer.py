@@ -66,6 +66,11 @@ class TrainConfig:
                                                             "columns and results) masked only there, each "
                                                             "such token with the row's ratio t: the one-digit facts "
                                                             "with nothing to copy"})
+    focus_block_rows: float = field(default=0.0, metadata={"help": "fraction of the focus rows that are also "
+                                                                  "block-causal: clean blocks up to a block holding "
+                                                                  "focus tokens, its focus tokens masked with the "
+                                                                  "row's ratio t, everything after it masked (the "
+                                                                  "canvas one-token-per-step decoding computes in)"})
     seed: int = field(default=0, metadata={"help": "seed of init and data"})
     tokenizer_corpus: int = field(default=20000, metadata={"help": "examples per task to train the tokenizer on"})
     split_digits: bool = field(default=False, metadata={"help": "one token per digit (else BPE merges numbers)"})
@@ -96,6 +101,8 @@ class TrainConfig:
             raise ConfigError(f"tasks must name tasks from {', '.join(tasks.TASKS)}, got {list(self.tasks)}")
         if not 0 <= self.focus_rows <= 1:
             raise ConfigError(f"focus_rows must be in [0, 1], got {self.focus_rows}")
+        if not 0 <= self.focus_block_rows <= 1:
+            raise ConfigError(f"focus_block_rows must be in [0, 1], got {self.focus_block_rows}")
         if not 0 <= self.block_rows <= 1 or self.block_length < 1:
             raise ConfigError(f"block_rows must be in [0, 1] and block_length ≥ 1, got {self.block_rows}, "
                               f"{self.block_length}")
@@ -136,7 +143,8 @@ def _lr(cfg: TrainConfig, step: int) -> float:
 
 def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask_id: int, eps: float,
              generator: torch.Generator, block_rows: float = 0.0, block_length: int = 32,
-             eos_id: int | None = None, focus: torch.Tensor | None = None, focus_rows: float = 0.0) -> torch.Tensor:
+             eos_id: int | None = None, focus: torch.Tensor | None = None, focus_rows: float = 0.0,
+             focus_block_rows: float = 0.0) -> torch.Tensor:
     """LLaDA's SFT loss for one batch: ids [b, L], response [b, L] bool. The mask ratios are stratified over the
     batch (row i gets t from the i-th of b equal slices of U(ε, 1), one shared offset, rows shuffled): each t is
     still U(ε, 1), but the batch covers the range evenly, which lowers the variance of the 1/t-weighted loss.
@@ -154,7 +162,15 @@ def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask
     focus count): every other token stays visible. Under uniform masking a computed digit is scored mostly when
     its operands are masked too or a copy of it is visible; a focus row asks for exactly the computation. (The
     `--columns` probe of weights trained ~4,000 steps without focus rows: 11–15 % of units digits right, chance
-    10 %; the model card has the curve with them.)"""
+    10 %; the model card has the curve with them.)
+
+    With `focus_block_rows` > 0 that fraction of the focus rows is also block-causal: the response's blocks before
+    a block j are clean, block j masks its focus tokens with the row's ratio t (its other tokens stay visible, as
+    the confidence-ordered sampler commits layout and copies before the digits they feed), everything after block j
+    is masked, and the loss scores block j's masked focus tokens (× 1/t, normalised by its focus count). j is
+    uniform over the blocks holding focus tokens. A plain focus row leaves the future visible: with one column's
+    digits masked and all else shown the shipped weights got 471 of 471 columns right, with everything after the
+    column masked too (decoding's canvas) 463 (model card, "Where the errors come from")."""
     b = ids.shape[0]
     offset = torch.rand(1, generator=generator)
     t = eps + (1 - eps) * (torch.randperm(b, generator=generator).unsqueeze(1) + offset) / b
@@ -180,11 +196,34 @@ def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask
         masked = torch.where(on, focus & (draws < t), masked)
         scored = torch.where(on, masked, scored)
         weights = torch.where(on, (1.0 / t) / focus.sum(1, keepdim=True).clamp(min=1), weights)
+        if focus_block_rows > 0:
+            block = on & (torch.rand(b, generator=generator) < focus_block_rows).unsqueeze(1)
+            in_block, after = _focus_block(resp, focus, block_length, torch.rand(b, generator=generator))
+            computed = focus & in_block & (draws < t)
+            masked = torch.where(block, computed | after, masked)
+            scored = torch.where(block, computed, scored)
+            weights = torch.where(block, (1.0 / t) / (focus & in_block).sum(1, keepdim=True).clamp(min=1), weights)
     masked, scored = masked.to(ids.device), scored.to(ids.device)
     noisy = ids.masked_fill(masked, mask_id)
     logits = model(noisy)
     ce = F.cross_entropy(logits[scored].float(), ids[scored], reduction="none")
     return (ce * weights.expand_as(ids).to(ids.device)[scored]).sum() / b
+
+
+def _focus_block(resp: torch.Tensor, focus: torch.Tensor, block_length: int, u: torch.Tensor):
+    """Per row, block j of the response (blocks of `block_length` from its first position), j the
+    ⌊u·count⌋-th of the blocks holding a focus token: (in_block, after) [b, L] bool masks of block j and of the
+    response after it. A row without focus tokens gets its first block."""
+    pos = torch.arange(resp.shape[1]).unsqueeze(0)
+    start = resp.float().argmax(1, keepdim=True)
+    index = ((pos - start).clamp(min=0) // block_length).expand_as(resp)
+    holds = torch.zeros(resp.shape[0], resp.shape[1] // block_length + 1).scatter_add_(
+        1, index, (focus & resp).float()) > 0  # [b, blocks]: block holds a focus token
+    k = (u * holds.sum(1)).long().unsqueeze(1)  # which of them, 0-based
+    j = (holds.long().cumsum(1) > k).float().argmax(1, keepdim=True)
+    first = start + j * block_length
+    in_block = resp & (pos >= first) & (pos < first + block_length)
+    return in_block, resp & (pos >= first + block_length)
 
 
 def build_model(cfg: TrainConfig, special: dict[str, int]) -> Transformer:
@@ -247,7 +286,7 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
             group["lr"] = _lr(cfg, step)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.autocast):
             loss = sft_loss(model, ids, response, special["mask"], cfg.mask_eps, g, cfg.block_rows,
-                            cfg.block_length, special["eos"], batch.focus, cfg.focus_rows)
+                            cfg.block_length, special["eos"], batch.focus, cfg.focus_rows, cfg.focus_block_rows)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
