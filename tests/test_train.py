@@ -295,6 +295,14 @@ def test_focus_block_rows_compute_one_block_with_the_future_masked():
         in_block = masked[row, first:cut]
         assert not (in_block & ~batch.focus[row, first:cut]).any()  # inside j only focus tokens are masked
         assert torch.equal(scored[row], torch.nn.functional.pad(in_block, (first, len(scored[row]) - cut)))
+        # the row's loss is the mean cross-entropy of what it scores: with uniform logits each scored token's true
+        # logit gets the gradient −(1 − 1/V) / (count · batch)
+        hits = scored[row].nonzero().flatten()
+        grads = model.logits.grad[row, hits, batch.ids[row, hits]]
+        expected = -(1 - 1 / len(tok)) / (len(hits) * batch.ids.shape[0])
+        # float32: the softmax, the scale and the mean each round once or twice
+        tolerance = 16 * torch.finfo(torch.float32).eps
+        torch.testing.assert_close(grads, torch.full_like(grads, expected), rtol=tolerance, atol=0)
         assert not masked[row, :start].any()  # the prompt is never masked
     assert len(blocks) >= 3
 

@@ -150,7 +150,8 @@ def column_in_context(model, n: int, seed: int, gen_length: int = 256) -> dict:
                 tally[4] += len(positions)
     out = {"probe": "column_in_context", "n": n, "seed": seed}
     for mode, (right, total, p_sum, low, digits) in stats.items():
-        out |= {f"{mode}_columns_right": round(right / max(1, total), 4), f"{mode}_mean_p": round(p_sum / max(1, digits), 4),
+        out |= {f"{mode}_columns_right": round(right / max(1, total), 4),
+                f"{mode}_mean_p": round(p_sum / max(1, digits), 4),
                 f"{mode}_digits_below_0.9": round(low / max(1, digits), 4), f"{mode}_columns": total}
     return out
 

@@ -167,10 +167,13 @@ def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask
     With `focus_block_rows` > 0 that fraction of the focus rows is also block-causal: the response's blocks before
     a block j are clean, block j masks its focus tokens with the row's ratio t (its other tokens stay visible, as
     the confidence-ordered sampler commits layout and copies before the digits they feed), everything after block j
-    is masked, and the loss scores block j's masked focus tokens (× 1/t, normalised by its focus count). j is
-    uniform over the blocks holding focus tokens. A plain focus row leaves the future visible: with one column's
-    digits masked and all else shown the shipped weights got 471 of 471 columns right, with everything after the
-    column masked too (decoding's canvas) 463 (model card, "Where the errors come from")."""
+    is masked, and the loss is the mean cross-entropy of block j's masked focus tokens. j is uniform over the blocks
+    holding focus tokens. (A block holds a few focus tokens, so LLaDA's 1/t weight normalised by their count gave
+    single tokens weights in the hundreds at small t: losses of 0.15–0.32 against ~0.05 and gradient norms of 3–4
+    against ~0.5, clipped to 1, within the first 100 steps.) A plain focus row leaves the future visible, decoding
+    never does: with one column's two result digits masked and all else shown the shipped weights get 99.9 % of
+    the columns of 100 held-out word problems right, with everything after the column masked too 98.8 %
+    (`python -m polestar.train.evaluate --column-context`)."""
     b = ids.shape[0]
     offset = torch.rand(1, generator=generator)
     t = eps + (1 - eps) * (torch.randperm(b, generator=generator).unsqueeze(1) + offset) / b
@@ -202,7 +205,7 @@ def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask
             computed = focus & in_block & (draws < t)
             masked = torch.where(block, computed | after, masked)
             scored = torch.where(block, computed, scored)
-            weights = torch.where(block, (1.0 / t) / (focus & in_block).sum(1, keepdim=True).clamp(min=1), weights)
+            weights = torch.where(block, 1.0 / computed.sum(1, keepdim=True).clamp(min=1), weights)
     masked, scored = masked.to(ids.device), scored.to(ids.device)
     noisy = ids.masked_fill(masked, mask_id)
     logits = model(noisy)
