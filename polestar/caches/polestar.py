@@ -219,13 +219,13 @@ class PolestarCache(CachePolicy):
                 h_in = win.store.get(members, fetched).to(model.dtype).unsqueeze(0)
                 packet = (members, model.layer(index, h_in, positions, self.cache, write=False).hidden,
                           fetched_next)
-            selected.append(chosen.tolist())
+            selected.append(chosen)  # read on the host after the last layer: no sync here
             refreshed.append(positions)
             if cfg.polestar_drift_reference == DriftReference.LAST_REFRESH:
                 win.reference = now
         if self.side is not None:
             torch.cuda.current_stream().wait_stream(self.side)
-        drifts = [d.tolist() for d in drifts]
+        drifts, selected = [d.tolist() for d in drifts], [c.tolist() for c in selected]
         with profiling.section("step: head"):
             result = Pass(logits=self.predict(h, rows, view.targets),
                           kind=PassKind.REFRESH if refresh else PassKind.BLOCK, rows=len(rows))
