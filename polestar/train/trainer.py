@@ -168,9 +168,10 @@ def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask
     a block j are clean, block j masks its focus tokens with the row's ratio t (its other tokens stay visible, as
     the confidence-ordered sampler commits layout and copies before the digits they feed), everything after block j
     is masked, and the loss is the mean cross-entropy of block j's masked focus tokens. j is uniform over the blocks
-    holding focus tokens. (A block holds a few focus tokens, so LLaDA's 1/t weight normalised by their count gave
-    single tokens weights in the hundreds at small t: losses of 0.15–0.32 against ~0.05 and gradient norms of 3–4
-    against ~0.5, clipped to 1, within the first 100 steps.) A plain focus row leaves the future visible, decoding
+    holding focus tokens. (A block holds a few focus tokens: LLaDA's 1/t weight normalised by their count would give
+    a lone masked token of a small-t row a weight of 1/(t·count), hundreds; the mean bounds every row's weight by
+    one. The run that tried both logged the same loss spikes either way, as often as runs without these rows do:
+    the mean is for the variance, not a measured fix.) A plain focus row leaves the future visible, decoding
     never does: with one column's two result digits masked and all else shown the shipped weights get 99.9 % of
     the columns of 100 held-out word problems right, with everything after the column masked too 98.8 %
     (`python -m polestar.train.evaluate --column-context`)."""
