@@ -201,7 +201,7 @@ def column_digits(answer: str) -> list[int]:
     """Character offsets of the digits a worked answer computes rather than copies: every column's product (in a
     product), carry-in, carry-out and written digit. The trainer's focus rows mask exactly these (and nothing
     else), so the model must work each column out from its visible operand digits
-    (polestar/train/trainer.py:sft_loss)."""
+    (polestar/train/objective.py:sft_loss)."""
     return [m.start(g) for m in COLUMN.finditer(answer) for g in range(1, 6) if m.start(g) != -1]
 
 

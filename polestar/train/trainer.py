@@ -2,10 +2,10 @@
 
 Objective (LLaDA §2.3): the prompt is never masked; each response position (answer + EOS padding) is masked
 independently with probability t ~ U(eps, 1), drawn per sequence; the loss is the cross-entropy on masked
-positions weighted by 1/t and normalised by the response length. Optionally a fraction of the rows is masked
-block-causally instead (`block_rows`), as semi-autoregressive decoding sees a canvas: see `sft_loss`. AdamW with
-linear warm-up and cosine decay, bf16 autocast, gradient clipping, on the CPU or a GPU. Checkpoints (safetensors +
-JSON, no pickle) every `ckpt_every` steps; a rerun with the same `out_dir` resumes from the last one.
+positions weighted by 1/t and normalised by the response length; other row types (block-causal, focus,
+focus-block) are in `polestar/train/objective.py`. AdamW with linear warm-up and cosine decay, bf16 autocast,
+gradient clipping, on the CPU or a GPU. Checkpoints (safetensors + JSON, no pickle) every `ckpt_every` steps; a
+rerun with the same `out_dir` resumes from the last one.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from polestar.errors import ConfigError
 from polestar.models.families import LLADA
 from polestar.models.spec import ModelSpec
 from polestar.models.transformer import Transformer
 from polestar.train.data import TaskBatcher
+from polestar.train.objective import sft_loss
 from polestar.train.tokenizer import train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -139,95 +139,6 @@ def _lr(cfg: TrainConfig, step: int) -> float:
         return cfg.lr * (step + 1) / cfg.warmup
     progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def sft_loss(model: Transformer, ids: torch.Tensor, response: torch.Tensor, mask_id: int, eps: float,
-             generator: torch.Generator, block_rows: float = 0.0, block_length: int = 32,
-             eos_id: int | None = None, focus: torch.Tensor | None = None, focus_rows: float = 0.0,
-             focus_block_rows: float = 0.0) -> torch.Tensor:
-    """LLaDA's SFT loss for one batch: ids [b, L], response [b, L] bool. The mask ratios are stratified over the
-    batch (row i gets t from the i-th of b equal slices of U(ε, 1), one shared offset, rows shuffled): each t is
-    still U(ε, 1), but the batch covers the range evenly, which lowers the variance of the 1/t-weighted loss.
-
-    With `block_rows` > 0 that fraction of the rows is masked block-causally, the canvas semi-autoregressive
-    decoding shows the model (the training pattern of block diffusion, BD3-LM, arXiv 2503.09573): the response's
-    first j blocks of `block_length` are clean, block j is masked with the row's ratio t, everything after it is
-    masked, and the loss scores block j only (× 1/t, normalised by the block). j is uniform over the blocks that
-    hold answer content (non-`eos_id`) and the block where the EOS tail starts. Uniform masking leaves later
-    lines visible, and a worked solution repeats each result there ("so 396", then "396 + 78"): the model can
-    copy a result from the future instead of computing it, which decoding from a blank block never allows.
-
-    With `focus` [b, L] (the tokens a task computes, `tasks.computed`) and `focus_rows` > 0, that fraction of the
-    rows masks only focus tokens, each with the row's ratio t, and scores them (× 1/t, normalised by the row's
-    focus count): every other token stays visible. Under uniform masking a computed digit is scored mostly when
-    its operands are masked too or a copy of it is visible; a focus row asks for exactly the computation. (The
-    `--columns` probe of weights trained ~4,000 steps without focus rows: 11–15 % of units digits right, chance
-    10 %; the model card has the curve with them.)
-
-    With `focus_block_rows` > 0 that fraction of the focus rows is also block-causal: the response's blocks before
-    a block j are clean, block j masks its focus tokens with the row's ratio t (its other tokens stay visible, as
-    the confidence-ordered sampler commits layout and copies before the digits they feed), everything after block j
-    is masked, and the loss is the mean cross-entropy of block j's masked focus tokens. j is uniform over the blocks
-    holding focus tokens. (A block holds a few focus tokens: LLaDA's 1/t weight normalised by their count would give
-    a lone masked token of a small-t row a weight of 1/(t·count), hundreds; the mean bounds every row's weight by
-    one. The run that tried both logged the same loss spikes either way, as often as runs without these rows do:
-    the mean is for the variance, not a measured fix.) A plain focus row leaves the future visible, decoding
-    never does: with one column's two result digits masked and all else shown the shipped weights get 99.9 % of
-    the columns of 100 held-out word problems right, with everything after the column masked too 98.8 %
-    (`python -m polestar.train.evaluate --column-context`)."""
-    b = ids.shape[0]
-    offset = torch.rand(1, generator=generator)
-    t = eps + (1 - eps) * (torch.randperm(b, generator=generator).unsqueeze(1) + offset) / b
-    # the noise is drawn on the CPU from the step's generator, so a run is the same on any device
-    draws = torch.rand(ids.shape, generator=generator)
-    resp = response.cpu()
-    masked = resp & (draws < t)
-    scored, weights = masked, (1.0 / t) / resp.sum(1, keepdim=True)
-    if block_rows > 0:
-        causal = (torch.rand(b, generator=generator) < block_rows).unsqueeze(1)
-        start = resp.float().argmax(1)
-        content = (resp & (ids.cpu() != eos_id)).sum(1)
-        first = start + (torch.rand(b, generator=generator) * (content // block_length + 1)).long() * block_length
-        pos = torch.arange(ids.shape[1]).unsqueeze(0)
-        in_block = resp & (pos >= first.unsqueeze(1)) & (pos < first.unsqueeze(1) + block_length)
-        after = resp & (pos >= first.unsqueeze(1) + block_length)
-        masked = torch.where(causal, (in_block & (draws < t)) | after, masked)
-        scored = torch.where(causal, in_block & masked, masked)
-        weights = torch.where(causal, (1.0 / t) / in_block.sum(1, keepdim=True).clamp(min=1), weights)
-    if focus is not None and focus_rows > 0:
-        focus = focus.cpu()
-        on = (torch.rand(b, generator=generator) < focus_rows).unsqueeze(1) & focus.any(1, keepdim=True)
-        masked = torch.where(on, focus & (draws < t), masked)
-        scored = torch.where(on, masked, scored)
-        weights = torch.where(on, (1.0 / t) / focus.sum(1, keepdim=True).clamp(min=1), weights)
-        if focus_block_rows > 0:
-            block = on & (torch.rand(b, generator=generator) < focus_block_rows).unsqueeze(1)
-            in_block, after = _focus_block(resp, focus, block_length, torch.rand(b, generator=generator))
-            computed = focus & in_block & (draws < t)
-            masked = torch.where(block, computed | after, masked)
-            scored = torch.where(block, computed, scored)
-            weights = torch.where(block, 1.0 / computed.sum(1, keepdim=True).clamp(min=1), weights)
-    masked, scored = masked.to(ids.device), scored.to(ids.device)
-    noisy = ids.masked_fill(masked, mask_id)
-    logits = model(noisy)
-    ce = F.cross_entropy(logits[scored].float(), ids[scored], reduction="none")
-    return (ce * weights.expand_as(ids).to(ids.device)[scored]).sum() / b
-
-
-def _focus_block(resp: torch.Tensor, focus: torch.Tensor, block_length: int, u: torch.Tensor):
-    """Per row, block j of the response (blocks of `block_length` from its first position), j the
-    ⌊u·count⌋-th of the blocks holding a focus token: (in_block, after) [b, L] bool masks of block j and of the
-    response after it. A row without focus tokens gets its first block."""
-    pos = torch.arange(resp.shape[1]).unsqueeze(0)
-    start = resp.float().argmax(1, keepdim=True)
-    index = ((pos - start).clamp(min=0) // block_length).expand_as(resp)
-    holds = torch.zeros(resp.shape[0], resp.shape[1] // block_length + 1).scatter_add_(
-        1, index, (focus & resp).float()) > 0  # [b, blocks]: block holds a focus token
-    k = (u * holds.sum(1)).long().unsqueeze(1)  # which of them, 0-based
-    j = (holds.long().cumsum(1) > k).float().argmax(1, keepdim=True)
-    first = start + j * block_length
-    in_block = resp & (pos >= first) & (pos < first + block_length)
-    return in_block, resp & (pos >= first + block_length)
 
 
 def build_model(cfg: TrainConfig, special: dict[str, int]) -> Transformer:
