@@ -365,6 +365,31 @@ def test_decode_threads_one_for_a_small_cpu_model_else_torch_default(tmp_path):
         torch.set_num_threads(before)
 
 
+def test_quiet_openmp_spins_briefly_only_on_an_idle_machine_and_a_users_setting_wins(monkeypatch):
+    """Idle at start: PASSIVE plus GNU OpenMP's short spin (which overrides it); another process keeping a core
+    busy, or no load reading: PASSIVE alone; a wait policy or spin count the user set is left as it is."""
+    import os
+
+    from polestar import threads
+
+    def run(busy, **env):
+        for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(threads, "others_busy_cores", lambda interval=0.05: busy)
+        threads.quiet_openmp()
+        return os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT"), os.environ["OPENBLAS_NUM_THREADS"]
+
+    spin = str(threads.SPIN_COUNT)
+    assert run(0.1) == ("PASSIVE", spin, "1")
+    assert run(0.9) == ("PASSIVE", None, "1")
+    assert run(None) == ("PASSIVE", None, "1")
+    assert run(0.0, OMP_WAIT_POLICY="ACTIVE") == ("ACTIVE", None, "1")
+    assert run(0.0, GOMP_SPINCOUNT="5") == (None, "5", "1")
+    assert run(0.0, OPENBLAS_NUM_THREADS="2") == ("PASSIVE", spin, "2")
+
+
 def test_threads_for_load_leaves_the_cores_other_processes_keep_busy(monkeypatch):
     """A run on a 2-core CPU takes both threads when the machine is idle, one when another process keeps a core busy
     (its own CPU time does not count as another's), and the count it was given where the load cannot be read."""
