@@ -178,3 +178,5 @@ def test_worked_digits_hide_every_result_and_its_copies():
     assert "*" in drill  # this drill has products
     assert len(tasks.computed("arith-drill", drill)) == 3 * 3 * drill.count(":") + 3 * 2 * drill.count(" * ")
     assert tasks.computed("lists", "1 2 3") is None
+    assert tasks.computed("lists-sort", "10 12 5 36") == [1, 4, 9]  # units digits of the two-digit numbers
+    assert tasks.computed("lists-sort", "ant bear cat") == []

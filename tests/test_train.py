@@ -232,6 +232,12 @@ def test_focus_rows_mask_and_score_only_the_computed_digits():
     # 3 per column (carry-in, carry-out, digit), and a product column's own two digits
     assert ex_digits.isdigit() and len(ex_digits) == 3 * 3 * answer.count(":") + 3 * 2 * answer.count(" * ")
     assert TaskBatcher(tok, 0, 3, 2048, (256,), ("lists",)).batch(0).focus is None
+    sorts = TaskBatcher(tok, 0, 3, 2048, (256,), ("lists-sort",)).batch(0)
+    assert sorts.focus.any(1).sum() >= 2  # this seed's batch holds lists of numbers
+    for ids, response, focus in zip(sorts.ids, sorts.response, sorts.focus):
+        answer = tok.decode(ids[response], skip_special_tokens=True)
+        numbers = [w for w in answer.split() if w.isdigit() and len(w) > 1]
+        assert tok.decode(ids[focus]) == "".join(w[-1] for w in numbers)  # each two-digit number's units digit
 
     class Recorder(torch.nn.Module):
         def forward(self, noisy):

@@ -43,7 +43,7 @@ def make(name: str, n: int, seed: int = 0, split: str = "test") -> list[Example]
     return draw(task.candidate, n, seed, split)
 
 
-COMPUTED = {"arith": arith.worked_digits, "arith-drill": arith.column_digits}
+COMPUTED = {"arith": arith.worked_digits, "arith-drill": arith.column_digits, "lists-sort": lists.units_digits}
 
 
 def computed(name: str, answer: str) -> list[int] | None:

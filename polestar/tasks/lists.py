@@ -12,6 +12,7 @@ is exact match on the item sequence.
 from __future__ import annotations
 
 import random
+import re
 
 from polestar.tasks.base import Example
 
@@ -65,6 +66,15 @@ def candidate_sort(rng: random.Random) -> Example:
 def candidate_copy_words(rng: random.Random) -> Example:
     """Copy of word lists only (one token per item): the easiest curriculum step."""
     return candidate(rng, ("copy",), words_only=True)
+
+
+def units_digits(answer: str) -> list[int]:
+    """Character offsets of the units digit of every number of two or more digits in `answer` (none in a list of
+    words): the training focus of the sort drill. A sorted list of numbers goes wrong in its units digits (`36`
+    written `37`, or a number twice, the model card's traced failure): the tens digits rise through the list, and
+    the units digit is the choice among the prompt's numbers that share one. Focus rows mask exactly these, with
+    the tens digits and the neighbours visible (polestar/train/objective.py:sft_loss)."""
+    return [m.end() - 1 for m in re.finditer(r"\d{2,}", answer)]
 
 
 def score(example: Example, completion: str) -> bool:
