@@ -8,13 +8,14 @@ that another process keeps busy, the spinning workers and the other process take
 are within a few percent. The policy is read once, when torch loads the OpenMP runtime, so a program calls
 `quiet_openmp()` before anything imports torch. A value the user set wins.
 
-Sleeping workers have a price: every parallel operation wakes them, and a forward of the embedded model is ~1,700
-of them. A 320-token forward on 2 threads (2-core AMD EPYC, bf16, `python -m polestar.train.evaluate --time-forward
---tasks ''`, medians of three runs each, 2026-12-04): idle, 46–58 ms with PASSIVE, 27–30 ms with workers that spin
-for SPIN_COUNT rounds first (GNU OpenMP's GOMP_SPINCOUNT) and 27–29 ms with OMP_WAIT_POLICY=ACTIVE; beside one busy
-process, 57 ms with PASSIVE and 189 ms with the short spin (one thread: 45 ms). So `quiet_openmp` asks for the
-short spin where no other process keeps a core busy when the program starts and for PASSIVE otherwise (and always
-for PASSIVE too: an OpenMP runtime other than GNU's ignores GOMP_SPINCOUNT and sleeps).
+Sleeping workers have a price: every parallel operation wakes them, and a forward of the embedded model is a few
+hundred of them. A 320-token forward on 2 threads (2-core AMD EPYC, bf16, `python -m polestar.train.evaluate
+--time-forward --tasks ''`, each run the median of 30 forwards, 2026-12-04, assets/models/polestar-tiny/README.md):
+idle, 42.8–61.8 ms with PASSIVE (10 runs), 26.8–36.5 ms with workers that spin SPIN_COUNT rounds first (GNU
+OpenMP's GOMP_SPINCOUNT; 23 runs, median 30.05 ms) and 26.6–43.7 ms with OMP_WAIT_POLICY=ACTIVE (9 runs); beside
+one busy process, 57 ms with PASSIVE and 189 ms with the short spin (one thread: 45 ms; one run each). So
+`quiet_openmp` asks for the short spin where no other process keeps a core busy when the program starts and for
+PASSIVE otherwise (and always for PASSIVE too: an OpenMP runtime other than GNU's ignores GOMP_SPINCOUNT and sleeps).
 
 A decode of the embedded model is thousands of operations on a few dozen rows of width 256, too small for a
 second thread to pay for its wake-up. Measured on a 2-core AVX2 CPU (2026-12-02, float32, 3 held-out `arith`
@@ -37,7 +38,7 @@ import os
 import time
 
 SMALL_MODEL_PARAMS = 50_000_000  # below this, one torch thread decodes fastest on a CPU (module docstring)
-SPIN_COUNT = 10_000  # GOMP_SPINCOUNT on an idle machine: 3,000 measured 31 ms, 10,000 and 30,000 26–30 ms (above)
+SPIN_COUNT = 10_000  # GOMP_SPINCOUNT when idle; forward medians: 3,000 30.6 ms (1 run), 30,000 26.5–39.8 (4)
 
 
 def quiet_openmp() -> None:
