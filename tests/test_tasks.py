@@ -132,6 +132,23 @@ def test_lists_answers_and_scoring():
             assert not tasks.score("lists", ex, " ".join(items[1:] + items[:1]))
 
 
+def test_long_list_drill_copies_or_reverses_only_long_lists():
+    """`lists-long`: copy or reverse, never sort, of a third of the maximum item count or more, numbers and words
+    both; the answers are `lists`' own (same scorer), and the default `lists` draws are unchanged by the option."""
+    seen = set()
+    for ex in tasks.make("lists-long", 200, seed=0, split="train"):
+        items = ex.prompt.split(": ", 1)[1].split()
+        numbers = items[0].isdigit()
+        top = tasks.lists.MAX_ITEMS["numbers" if numbers else "words"]
+        assert top // 3 <= len(items) <= top, ex.prompt
+        op = "copy" if ex.target.split() == items else "reverse"
+        assert ex.target.split() == (items if op == "copy" else items[::-1])
+        assert not any(re.fullmatch(p.replace("{items}", ".*"), ex.prompt) for p in tasks.lists.OPS["sort"])
+        seen.add((op, numbers))
+    assert len(seen) == 4
+    assert [ex.prompt for ex in tasks.make("lists", 3, seed=0)][0] == "Write the list again: 89 28 5 73 81 68"
+
+
 @pytest.mark.parametrize("name", ["arith", "lists"])
 def test_train_and_test_are_disjoint(name):
     """Disjoint by construction (the split is a hash of the prompt); checked here for the evaluation seeds

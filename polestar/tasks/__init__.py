@@ -1,9 +1,9 @@
 """Seeded, deterministic task generators with scorers: `make(name, n, seed)` and `score(name, example, text)`.
 
 Tasks: `arith` (GSM8K-style word problems, scored on the integer after `####`) and `lists` (copy / reverse /
-sort, exact match); `lists-copy` (the copy third of `lists`), `lists-copy-words` and `lists-sort` (the sort
-third) are training curriculum steps, and `arith-drill` (bare equations, the arithmetic facts of `arith` many
-per token) a training drill.
+sort, exact match); `lists-copy` (the copy third of `lists`), `lists-copy-words`, `lists-sort` (the sort
+third) and `lists-long` (copies and reversals of long lists) are training curriculum steps, and `arith-drill`
+(bare equations, the arithmetic facts of `arith` many per token) a training drill.
 `split="test"` (the default) gives held-out examples; training draws `split="train"`.
 """
 
@@ -20,6 +20,7 @@ TASKS = {"arith": arith, "lists": lists,
          "lists-copy": SimpleNamespace(candidate=lists.candidate_copy, score=lists.score),
          "lists-copy-words": SimpleNamespace(candidate=lists.candidate_copy_words, score=lists.score),
          "lists-sort": SimpleNamespace(candidate=lists.candidate_sort, score=lists.score),
+         "lists-long": SimpleNamespace(candidate=lists.candidate_long, score=lists.score),
          # training drill: the sums, differences, products and quotients `arith` asks for, as bare equations,
          # scored like `lists` (exact match of the whitespace-separated items)
          "arith-drill": SimpleNamespace(candidate=arith.candidate_drill, score=lists.score)}

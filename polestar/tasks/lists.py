@@ -34,11 +34,15 @@ OPS = {
 }
 
 
-def candidate(rng: random.Random, ops: tuple[str, ...] = tuple(OPS), words_only: bool = False) -> Example:
+def candidate(rng: random.Random, ops: tuple[str, ...] = tuple(OPS), words_only: bool = False,
+              long_only: bool = False) -> Example:
     op = rng.choice(ops)
     numbers = not words_only and rng.random() < 0.5
     top = SORT_MAX_ITEMS if op == "sort" else MAX_ITEMS["numbers" if numbers else "words"]
-    k = round(MIN_ITEMS * (top / MIN_ITEMS) ** rng.random())
+    if long_only:  # the top two thirds of the range, uniformly
+        k = rng.randint(max(MIN_ITEMS, top // 3), top)
+    else:
+        k = round(MIN_ITEMS * (top / MIN_ITEMS) ** rng.random())
     if numbers:
         items = [str(x) for x in rng.sample(range(100), k)]
         key = int
@@ -61,6 +65,14 @@ def candidate_sort(rng: random.Random) -> Example:
     """The sort operation only: a training drill for the one operation that needs more than copying (the v3
     weights' `lists` failures were mostly sorts: an item dropped or written twice)."""
     return candidate(rng, ("sort",))
+
+
+def candidate_long(rng: random.Random) -> Example:
+    """Copy or reverse of a long list only (a third of the operation's maximum item count or more): a training
+    drill for the copies and reversals the v13 weights got wrong, lists of 33–55 items that end early or run on
+    (the model loses its place in the prompt; with numbers it must find it from digits that repeat). The log-uniform
+    lengths of `lists` make such lists a small share of its rows."""
+    return candidate(rng, ("copy", "reverse"), long_only=True)
 
 
 def candidate_copy_words(rng: random.Random) -> Example:
