@@ -385,3 +385,41 @@ def test_column_in_context_probe_separates_shown_and_masked_futures():
     assert scores["context_columns"] == scores["future_columns"] > 3 * n
     assert scores["context_columns_right"] == 1 and scores["context_digits_below_0.9"] == 0
     assert scores["future_columns_right"] == 0 and scores["future_digits_below_0.9"] == 1
+
+
+def test_sort_successor_probe_masks_from_each_number_on_and_scores_each_kind():
+    """`evaluate.sort_successor`: each batch row shows the reference sort up to one number (or up to its units
+    digit) and masks everything after; a stand-in model that checks exactly that, then answers right on every
+    number's first token and wrong on every units digit, scores 1 and 0, one probe per number and per number of
+    two or more digits."""
+    import re
+    from types import SimpleNamespace
+
+    from polestar.api import chat_prompt_ids
+    from polestar.train.evaluate import sort_successor
+
+    embedded = polestar.load_model(polestar.DEFAULT_MODEL)
+    tok, mask, n = embedded.tokenizer, embedded.mask_id, 4
+    sorts = [ex for ex in tasks.make("lists", 200, 0) if ex.prompt.startswith(("Sort", "Put"))
+             and ex.target.split()[0].isdigit()][:n]
+    truths = {}
+    for ex in sorts:
+        prompt, answer = chat_prompt_ids(tok, ex.prompt), tok(ex.answer, add_special_tokens=False).input_ids
+        truths[tuple(prompt)] = (len(prompt), torch.tensor(prompt + answer + [0] * (256 - len(answer))))
+
+    class Checker(SimpleNamespace):
+        def __call__(self, canvas):
+            start, truth = next(v for prompt, v in truths.items() if tuple(canvas[0, :len(prompt)].tolist()) == prompt)
+            logits = 50.0 * torch.nn.functional.one_hot(truth, len(tok)).float().repeat(canvas.shape[0], 1, 1)
+            for row in range(canvas.shape[0]):
+                first = int((canvas[row] == mask).nonzero()[0])
+                assert first >= start and (canvas[row, first:] == mask).all()
+                assert torch.equal(canvas[row, :first], truth[:first])
+                if first > start and re.fullmatch(r"\d", tok.decode([int(truth[first])])):  # a units digit
+                    logits[row, first] = logits[row, first].roll(1)
+            return logits
+
+    scores = sort_successor(Checker(tokenizer=tok, mask_id=mask, eos_id=0, device="cpu"), n, 0)
+    assert scores["n"] == n and scores["next_number"] == 1 and scores["units_given_tens"] == 0
+    assert scores["next_number_count"] == sum(len(ex.target.split()) for ex in sorts)
+    assert scores["units_given_tens_count"] == sum(len(x) >= 2 for ex in sorts for x in ex.target.split())

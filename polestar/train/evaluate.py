@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from collections import defaultdict
@@ -169,6 +170,42 @@ def time_forward(model, length: int = 320, repeats: int = 30) -> float:
     return statistics.median(times) * 1000
 
 
+@torch.no_grad()
+def sort_successor(model, n: int, seed: int, gen_length: int = 256) -> dict:
+    """Teacher-forced probe of the one step of a sort that is not a copy, inside held-out `lists` sorts of
+    numbers (the first `n` of the held-out draws): with the answer shown up to a number and everything from there
+    on masked (the canvas a left-to-right decode writes that number in; where the answer ends is hidden too), the
+    share of numbers whose first token the argmax gets right (`next_number`: which prompt number comes next), and,
+    with the number's tens digit shown as well, the share of units digits right (`units_given_tens`: which of the
+    prompt's numbers with that tens digit). One forward per example (its probes are the rows of a batch)."""
+    tok = model.tokenizer
+    sorts = [ex for ex in tasks.make("lists", 20 * n, seed)
+             if ex.prompt.startswith(tuple(p.split("{")[0] for p in tasks.lists.OPS["sort"]))
+             and ex.target.split()[0].isdigit()][:n]
+    tally = {"next_number": [0, 0], "units_given_tens": [0, 0]}
+    for ex in sorts:
+        prompt = chat_prompt_ids(tok, ex.prompt)
+        enc = tok(ex.answer, add_special_tokens=False, return_offsets_mapping=True)
+        truth = torch.tensor(prompt + enc.input_ids + [model.eos_id] * (gen_length - len(enc.input_ids)))
+        covering = {a: j for j, (lo, hi) in enumerate(enc.offset_mapping) for a in range(lo, hi)}
+        probes = []  # (token masked from there on, kind)
+        for m in re.finditer(r"\d+", ex.answer):
+            probes.append((covering[m.start()], "next_number"))
+            if m.end() - m.start() >= 2:
+                probes.append((covering[m.end() - 1], "units_given_tens"))
+        canvas = truth.repeat(len(probes), 1)
+        for row, (j, _) in enumerate(probes):
+            canvas[row, len(prompt) + j:] = model.mask_id
+        rows = torch.tensor([len(prompt) + j for j, _ in probes])
+        guess = model(canvas.to(model.device))[torch.arange(len(probes)), rows].argmax(-1).cpu()
+        for (_, kind), right in zip(probes, (guess == truth[rows]).tolist()):
+            tally[kind][0] += right
+            tally[kind][1] += 1
+    return {"probe": "sort_successor", "n": len(sorts), "seed": seed,
+            **{kind: round(right / max(1, total), 4) for kind, (right, total) in tally.items()},
+            **{f"{kind}_count": total for kind, (_, total) in tally.items()}}
+
+
 def main() -> None:
     import polestar
 
@@ -190,6 +227,9 @@ def main() -> None:
     p.add_argument("--column-context", action="store_true",
                    help="teacher-forced probe of one column at a time in held-out word problems instead, with the "
                         "rest shown and with the future masked too")
+    p.add_argument("--sort-successor", action="store_true",
+                   help="teacher-forced probe of held-out sorts of numbers instead: the next number and its units "
+                        "digit with the rest of the answer masked")
     p.add_argument("--dump", default=None, help="append every example's row (JSON lines) to this file")
     p.add_argument("--time-forward", action="store_true", help="also time one full forward over 320 tokens")
     p.add_argument("--dtype", default=None, help="float32, bfloat16...: default as `load_model` (the stored dtype, "
@@ -206,6 +246,9 @@ def main() -> None:
         return
     if args.column_context:
         print(json.dumps(column_in_context(model, args.n, args.seed, args.gen_length)), flush=True)
+        return
+    if args.sort_successor:
+        print(json.dumps(sort_successor(model, args.n, args.seed, args.gen_length)), flush=True)
         return
     for task in filter(None, args.tasks.split(",")):  # `--tasks ''`: none (with --time-forward: only the timing)
         if args.fill is not None:
