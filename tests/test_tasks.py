@@ -123,6 +123,7 @@ def test_lists_answers_and_scoring():
         op = next(k for k, phrasings in tasks.lists.OPS.items() if any(
             re.fullmatch(p.replace("{items}", ".*"), ex.prompt) for p in phrasings))
         items = ex.prompt.split(": ", 1)[1].split()
+        assert tasks.lists.operation(ex.prompt) == op
         top = tasks.lists.SORT_MAX_ITEMS if op == "sort" else max(tasks.lists.MAX_ITEMS.values())
         assert tasks.lists.MIN_ITEMS <= len(items) <= top and len(set(items)) == len(items)
         key = int if items[0].isdigit() else str
@@ -146,7 +147,7 @@ def test_long_list_drill_copies_or_reverses_only_long_lists():
         assert not any(re.fullmatch(p.replace("{items}", ".*"), ex.prompt) for p in tasks.lists.OPS["sort"])
         seen.add((op, numbers))
     assert len(seen) == 4
-    assert [ex.prompt for ex in tasks.make("lists", 3, seed=0)][0] == "Write the list again: 89 28 5 73 81 68"
+    assert tasks.make("lists", 3, seed=0)[0].prompt == "Write the list again: 89 28 5 73 81 68"
 
 
 @pytest.mark.parametrize("name", ["arith", "lists"])

@@ -80,6 +80,11 @@ def candidate_copy_words(rng: random.Random) -> Example:
     return candidate(rng, ("copy",), words_only=True)
 
 
+def operation(prompt: str) -> str:
+    """The operation (`copy`, `reverse` or `sort`) a `lists` prompt asks for, from its phrasing."""
+    return next(op for op, phrasings in OPS.items() if prompt.startswith(tuple(p.split("{")[0] for p in phrasings)))
+
+
 def units_digits(answer: str) -> list[int]:
     """Character offsets of the units digit of every number of two or more digits in `answer` (none in a list of
     words): the training focus of the sort drill. A sorted list of numbers goes wrong in its units digits (`36`

@@ -180,8 +180,7 @@ def sort_successor(model, n: int, seed: int, gen_length: int = 256) -> dict:
     prompt's numbers with that tens digit). One forward per example (its probes are the rows of a batch)."""
     tok = model.tokenizer
     sorts = [ex for ex in tasks.make("lists", 20 * n, seed)
-             if ex.prompt.startswith(tuple(p.split("{")[0] for p in tasks.lists.OPS["sort"]))
-             and ex.target.split()[0].isdigit()][:n]
+             if tasks.lists.operation(ex.prompt) == "sort" and ex.target.split()[0].isdigit()][:n]
     tally = {"next_number": [0, 0], "units_given_tens": [0, 0]}
     for ex in sorts:
         prompt = chat_prompt_ids(tok, ex.prompt)
