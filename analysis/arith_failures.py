@@ -9,6 +9,15 @@ Each wrong answer gets the first of: `start number` (line 1's left operand is no
 event's), `columns` (the scratchpad is not the arithmetic of the line's own operands), `result` (`so y` is not
 what its columns computed), `layout` (a line does not parse), `lines` (too few or too many), `final` (`#### N`
 does not copy the last result). Prints one JSON line.
+
+    python -m analysis.arith_failures reports/eval_v14_17300_bf16_arith_g256_quota.jsonl --order runs/v14-model
+
+`--order MODEL` decodes again, with LLaDA's sampler at one token per step and a trace, each wrong answer whose first
+error is in a column (the dump must come from that model and sampler: a completion that differs is skipped and
+counted), and reports in what order the first wrong column digit's line was committed: how many of those digits
+were committed after every token to their left in the line (a column written with all its inputs seen), and how
+many after a token to their right (the line's `so` result or a later column: the digit then agrees with a guess);
+beside them the same counts over every written column digit of the dump's first 20 right answers (`--right N`).
 """
 
 from __future__ import annotations
@@ -62,6 +71,85 @@ def first_error(reference: str, completion: str) -> str | None:
     return None if final is not None and int(final) == previous else "final"
 
 
+def first_wrong_column(completion: str) -> int | None:
+    """Character offset of the first column digit that is not the arithmetic of its own line's operands; None
+    when every column is right."""
+    offset = 0
+    for line in completion.split("\n"):
+        m = LINE.match(line)
+        if m:
+            columns, _ = scratchpad(int(m["x"]), m["op"], int(m["b"]))
+            if m["columns"] != columns:
+                i = next((j for j, (a, b) in enumerate(zip(m["columns"], columns)) if a != b),
+                         min(len(m["columns"]), len(columns)))
+                return offset + m.start("columns") + i
+        offset += len(line) + 1
+    return None
+
+
+def commit_order(pieces: list[str], forward_of: list[int], digit: int) -> dict:
+    """The commit order around the digit at character offset `digit` of a decoded completion: `pieces` are the
+    generated tokens' strings in canvas order (joined: the completion), `forward_of[i]` the forward that committed
+    token i. `inputs_first`: every non-blank token to its left in its line was committed by an earlier forward;
+    `right_first`: the tokens to its right in the line committed by an earlier forward; `result`: one of them is
+    a digit of the line's ` so ` result (any digit, not only the copy of this one: the result's leading digits are
+    often right and committed first while the copy of a wrong column digit comes after it)."""
+    text = "".join(pieces)
+    start = text.rfind("\n", 0, digit) + 1
+    end = text.find("\n", digit) if "\n" in text[digit:] else len(text)
+    result = text.rfind(" so ", start, end)
+    from analysis.commit_reliability import token_of_char
+
+    starts, token = token_of_char(pieces)
+    t = token(digit)
+    left = [i for i in range(token(start), t) if pieces[i].strip()]
+    right = [i for i in range(t + 1, token(end - 1) + 1) if pieces[i].strip() and forward_of[i] < forward_of[t]]
+    return {"inputs_first": all(forward_of[i] < forward_of[t] for i in left),
+            "right_first": "".join(pieces[i] for i in right),
+            "result": result >= 0 and any(starts[i] >= result for i in right)}
+
+
+def orders(model, rows: list[dict], seed: int, gen_length: int, block_length: int, right_rows: int = 20) -> dict:
+    """`commit_order` of the first wrong column digit of each wrong row of a dump whose first error is a column,
+    and of every written column digit of its first `right_rows` right rows (the base rate), each decoded again
+    with LLaDA's sampler (one token per step); counts over each."""
+    from analysis.commit_reliability import digit_verdicts
+    from polestar.api import encode_prompt
+    from polestar.config import resolve
+    from polestar.decode import decode
+
+    references = {ex.prompt: ex for ex in tasks.make("arith", max(300, len(rows)), seed)}
+    cfg = resolve("baseline", gen_length=gen_length, block_length=block_length)
+    failures: collections.Counter = collections.Counter()
+    base: collections.Counter = collections.Counter()
+    wrong = [r for r in rows if not r["correct"]
+             and first_error(references[r["prompt"]].answer, r["completion"]) == "columns"]
+    for row in wrong + [r for r in rows if r["correct"]][:right_rows]:
+        ids = encode_prompt(model, row["prompt"])
+        out = decode(model, ids, cfg, trace=True)
+        tokens = out.canvas[0, ids.shape[1]:].tolist()
+        pieces = [model.tokenizer.decode([t], skip_special_tokens=True) for t in tokens]
+        counts = base if row["correct"] else failures
+        if "".join(pieces).strip() != row["completion"].strip():
+            counts["decoded differently from the dump (skipped)"] += 1
+            continue
+        forward_of = [0] * len(tokens)
+        for event in out.trace.events:
+            for c in event.commits:
+                forward_of[c.gen_index] = event.nfe
+        text = "".join(pieces)
+        digits = ([v.offset for v in digit_verdicts(text) if v.kind == "written"] if row["correct"]
+                  else [first_wrong_column(text)])
+        for digit in digits:
+            order = commit_order(pieces, forward_of, digit)
+            counts["digits"] += 1
+            counts["every token to the left first"] += order["inputs_first"]
+            counts["a token to the right first"] += bool(order["right_first"])
+            counts["the line's result first"] += order["result"]
+    return {"first wrong column digits": dict(failures),
+            f"written column digits of {right_rows} right answers": dict(base)}
+
+
 def classify(rows: list[dict], seed: int = 0) -> dict:
     """Counts of first errors over a dump's wrong rows, and how many right rows had a wrong restatement."""
     references = {ex.prompt: ex for ex in tasks.make("arith", max(300, len(rows)), seed)}
@@ -86,10 +174,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("dump", help="a JSONL dump of `polestar.train.evaluate --tasks arith --dump`")
     parser.add_argument("--seed", type=int, default=0, help="the seed the evaluation used (its default: 0)")
+    parser.add_argument("--order", metavar="MODEL", default=None,
+                        help="decode the column failures again with this model and report their commit order")
+    parser.add_argument("--gen-length", type=int, default=256, help="with --order: the evaluation's generation")
+    parser.add_argument("--block-length", type=int, default=32, help="with --order: the evaluation's block")
+    parser.add_argument("--right", type=int, default=20, help="with --order: right answers for the base rate")
+    parser.add_argument("--threads", type=int, default=0, help="with --order: torch threads (0: polestar.threads)")
     args = parser.parse_args()
     with open(args.dump) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    print(json.dumps({"dump": args.dump, **classify([r for r in rows if r.get("task") == "arith"], args.seed)}))
+    rows = [r for r in rows if r.get("task") == "arith"]
+    result = {"dump": args.dump, **classify(rows, args.seed)}
+    if args.order:
+        from polestar.threads import quiet_openmp, set_decode_threads
+
+        quiet_openmp()
+        import polestar
+
+        model = polestar.load_model(args.order)
+        set_decode_threads(model, args.threads)
+        result["order"] = orders(model, rows, args.seed, args.gen_length, args.block_length, args.right)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -70,11 +70,9 @@ def digit_verdicts(text: str) -> list[DigitVerdict]:
     return verdicts
 
 
-def commit_of_each_digit(pieces: list[str], commits: dict[int, tuple[str, float, int]], text_verdicts):
-    """(reason, confidence, inputs_first, verdict) for each judged digit: `pieces` are the generated tokens'
-    strings in canvas order (their concatenation is the text judged), `commits` maps a generated index to its
-    commit (reason, confidence, forward). `inputs_first`: every digit it is a function of was committed by an
-    earlier forward, so the model saw them when it wrote this one."""
+def token_of_char(pieces: list[str]):
+    """(start offset of each piece, a function from a character offset of the joined pieces to the index of the
+    piece that holds it)."""
     starts, offset = [], 0
     for piece in pieces:
         starts.append(offset)
@@ -86,6 +84,15 @@ def commit_of_each_digit(pieces: list[str], commits: dict[int, tuple[str, float,
             index -= 1
         return index
 
+    return starts, token
+
+
+def commit_of_each_digit(pieces: list[str], commits: dict[int, tuple[str, float, int]], text_verdicts):
+    """(reason, confidence, inputs_first, verdict) for each judged digit: `pieces` are the generated tokens'
+    strings in canvas order (their concatenation is the text judged), `commits` maps a generated index to its
+    commit (reason, confidence, forward). `inputs_first`: every digit it is a function of was committed by an
+    earlier forward, so the model saw them when it wrote this one."""
+    _, token = token_of_char(pieces)
     out = []
     for v in text_verdicts:
         reason, confidence, step = commits[token(v.offset)]

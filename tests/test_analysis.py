@@ -211,3 +211,38 @@ def test_gate_agreement_compares_band_predictions_with_the_final_canvas():
     assert firing["mean_per_example"]["drift_commits"] > 0
     fired = firing["gate_agreement"]["would fire"]["all"]
     assert fired["n"] == firing["block_targets"]["in band, gate <= delta < delta_max"] and fired["agree"] == 1.0
+
+
+def test_commit_order_reads_the_first_wrong_column_against_the_tokens_around_it():
+    from analysis.arith_failures import commit_order, first_wrong_column
+    from polestar import tasks
+
+    ex = tasks.make("arith", 1, 0)[0]
+    line = ex.answer.split("\n")[0]
+    assert first_wrong_column(ex.answer) is None
+    col = line.index(": ") + 2 + 7  # the first column's written digit (`a+b+c=ds`: index 7)
+    wrong = line[:col] + ("7" if line[col] != "7" else "8") + line[col + 1:]
+    text = "\n".join([wrong, *ex.answer.split("\n")[1:]])
+    assert first_wrong_column(text) == col
+    pieces = list(text)  # one character a token
+    so = wrong.index(" so ") + len(" so ")
+    # written left to right: all inputs first, nothing to the right before it
+    assert commit_order(pieces, list(range(len(pieces))), col) == {"inputs_first": True, "right_first": "",
+                                                                   "result": False}
+    # the result's first digit committed at forward -1, before everything: the wrong digit agrees with a guess
+    forward_of = list(range(len(pieces)))
+    forward_of[so] = -1
+    assert commit_order(pieces, forward_of, col) == {"inputs_first": True, "right_first": text[so], "result": True}
+    # the next line's first digit, committed first, is outside the line
+    forward_of = list(range(len(pieces)))
+    forward_of[len(line) + 1 + text.split("\n")[1].index(": ") - 1] = -1
+    assert commit_order(pieces, forward_of, col)["right_first"] == ""
+    # a later column of the line committed first is to the right but not the result
+    forward_of = list(range(len(pieces)))
+    forward_of[col + 2] = -1
+    assert commit_order(pieces, forward_of, col) == {"inputs_first": True, "right_first": text[col + 2],
+                                                     "result": False}
+    # a carry-in (to the left) committed after the wrong digit: its inputs were not all seen
+    forward_of = list(range(len(pieces)))
+    forward_of[col - 3] = len(pieces)
+    assert commit_order(pieces, forward_of, col)["inputs_first"] is False
