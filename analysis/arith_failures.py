@@ -16,7 +16,7 @@ does not copy the last result). Prints one JSON line.
 error is in a column (the dump must come from that model and sampler: a completion that differs is skipped and
 counted), and reports in what order the first wrong column digit's line was committed: how many of those digits
 were committed after every token to their left in the line (a column written with all its inputs seen), and how
-many after a token to their right (the line's `so` result or a later column: the digit then agrees with a guess);
+many after a token to their right (the line's `so` result or a later column, already written when the digit was);
 beside them the same counts over every written column digit of the dump's first 20 right answers (`--right N`).
 """
 
@@ -27,6 +27,7 @@ import collections
 import json
 import re
 
+from analysis.commit_reliability import digit_verdicts, token_of_char
 from polestar import tasks
 from polestar.tasks.arith import padded, scratchpad
 
@@ -98,8 +99,6 @@ def commit_order(pieces: list[str], forward_of: list[int], digit: int) -> dict:
     start = text.rfind("\n", 0, digit) + 1
     end = text.find("\n", digit) if "\n" in text[digit:] else len(text)
     result = text.rfind(" so ", start, end)
-    from analysis.commit_reliability import token_of_char
-
     starts, token = token_of_char(pieces)
     t = token(digit)
     left = [i for i in range(token(start), t) if pieces[i].strip()]
@@ -113,7 +112,6 @@ def orders(model, rows: list[dict], seed: int, gen_length: int, block_length: in
     """`commit_order` of the first wrong column digit of each wrong row of a dump whose first error is a column,
     and of every written column digit of its first `right_rows` right rows (the base rate), each decoded again
     with LLaDA's sampler (one token per step); counts over each."""
-    from analysis.commit_reliability import digit_verdicts
     from polestar.api import encode_prompt
     from polestar.config import resolve
     from polestar.decode import decode

@@ -229,7 +229,7 @@ def test_commit_order_reads_the_first_wrong_column_against_the_tokens_around_it(
     # written left to right: all inputs first, nothing to the right before it
     assert commit_order(pieces, list(range(len(pieces))), col) == {"inputs_first": True, "right_first": "",
                                                                    "result": False}
-    # the result's first digit committed at forward -1, before everything: the wrong digit agrees with a guess
+    # the result's first digit committed at forward -1, before everything: a result digit first
     forward_of = list(range(len(pieces)))
     forward_of[so] = -1
     assert commit_order(pieces, forward_of, col) == {"inputs_first": True, "right_first": text[so], "result": True}
