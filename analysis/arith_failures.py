@@ -16,7 +16,8 @@ does not copy the last result). Prints one JSON line.
 error is in a column (the dump must come from that model and sampler: a completion that differs is skipped and
 counted), and reports in what order the first wrong column digit's line was committed: how many of those digits
 were committed after every token to their left in the line (a column written with all its inputs seen), and how
-many after a token to their right (the line's `so` result or a later column, already written when the digit was);
+many after a token to their right (the line's `so` result or a later column, already written when the digit was),
+and how many after their own copy (a written digit's in the result, a carry-out's in the next column's carry-in);
 beside them the same counts over every written column digit of the dump's first 20 right answers (`--right N`).
 """
 
@@ -103,9 +104,31 @@ def commit_order(pieces: list[str], forward_of: list[int], digit: int) -> dict:
     t = token(digit)
     left = [i for i in range(token(start), t) if pieces[i].strip()]
     right = [i for i in range(t + 1, token(end - 1) + 1) if pieces[i].strip() and forward_of[i] < forward_of[t]]
+    copy = copy_of(text[start:end], digit - start)
     return {"inputs_first": all(forward_of[i] < forward_of[t] for i in left),
             "right_first": "".join(pieces[i] for i in right),
-            "result": result >= 0 and any(starts[i] >= result for i in right)}
+            "result": result >= 0 and any(starts[i] >= result for i in right),
+            "copy_first": None if copy is None else forward_of[token(start + copy)] < forward_of[t]}
+
+
+def copy_of(line: str, at: int) -> int | None:
+    """Where the line copies its column digit at offset `at`: a chunk's written digit `s` into the ` so ` result
+    (chunks run from the units up, the result from the top digit down), its carry-out `d` into the next chunk's
+    carry-in; None for any other character (or a carry-out of the last chunk)."""
+    m = LINE.match(line)
+    if m is None or not m.start("columns") <= at < m.end("columns"):
+        return None
+    chunks = m["columns"].split(" ")
+    offset = m.start("columns")
+    for j, chunk in enumerate(chunks):
+        if offset <= at < offset + len(chunk):
+            if at == offset + len(chunk) - 1 and len(m["y"]) == len(chunks):  # s: the result's digit
+                return m.start("y") + len(chunks) - 1 - j
+            if at == offset + len(chunk) - 2 and j + 1 < len(chunks):  # d: the next chunk's carry-in
+                return offset + len(chunk) + 1 + len(chunks[j + 1]) - 4
+            return None
+        offset += len(chunk) + 1
+    return None
 
 
 def orders(model, rows: list[dict], seed: int, gen_length: int, block_length: int, right_rows: int = 20) -> dict:
@@ -144,6 +167,9 @@ def orders(model, rows: list[dict], seed: int, gen_length: int, block_length: in
             counts["every token to the left first"] += order["inputs_first"]
             counts["a token to the right first"] += bool(order["right_first"])
             counts["the line's result first"] += order["result"]
+            if order["copy_first"] is not None:
+                counts["digits with a copy"] += 1
+                counts["its own copy first"] += order["copy_first"]
     return {"first wrong column digits": dict(failures),
             f"written column digits of {right_rows} right answers": dict(base)}
 

@@ -228,11 +228,23 @@ def test_commit_order_reads_the_first_wrong_column_against_the_tokens_around_it(
     so = wrong.index(" so ") + len(" so ")
     # written left to right: all inputs first, nothing to the right before it
     assert commit_order(pieces, list(range(len(pieces))), col) == {"inputs_first": True, "right_first": "",
-                                                                   "result": False}
+                                                                   "result": False, "copy_first": False}
     # the result's first digit committed at forward -1, before everything: a result digit first
     forward_of = list(range(len(pieces)))
     forward_of[so] = -1
-    assert commit_order(pieces, forward_of, col) == {"inputs_first": True, "right_first": text[so], "result": True}
+    assert commit_order(pieces, forward_of, col) == {"inputs_first": True, "right_first": text[so], "result": True,
+                                                     "copy_first": False}
+    # the first column's written digit is the result's units digit (the result's last), here committed first
+    forward_of = list(range(len(pieces)))
+    forward_of[so + 2] = -1
+    assert commit_order(pieces, forward_of, col)["copy_first"] is True
+    # a carry-out's copy is the next column's carry-in; a carry-in has no copy
+    first_chunk = wrong[line.index(": ") + 2:].split(" ")[0]
+    carry_in_next = line.index(": ") + 2 + len(first_chunk) + 1 + len(wrong.split(": ")[1].split(" ")[1]) - 4
+    forward_of = list(range(len(pieces)))
+    forward_of[carry_in_next] = -1
+    assert commit_order(pieces, forward_of, col - 1)["copy_first"] is True
+    assert commit_order(pieces, forward_of, col - 3)["copy_first"] is None
     # the next line's first digit, committed first, is outside the line
     forward_of = list(range(len(pieces)))
     forward_of[len(line) + 1 + text.split("\n")[1].index(": ") - 1] = -1
@@ -241,7 +253,7 @@ def test_commit_order_reads_the_first_wrong_column_against_the_tokens_around_it(
     forward_of = list(range(len(pieces)))
     forward_of[col + 2] = -1
     assert commit_order(pieces, forward_of, col) == {"inputs_first": True, "right_first": text[col + 2],
-                                                     "result": False}
+                                                     "result": False, "copy_first": False}
     # a carry-in (to the left) committed after the wrong digit: its inputs were not all seen
     forward_of = list(range(len(pieces)))
     forward_of[col - 3] = len(pieces)
