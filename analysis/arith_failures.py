@@ -81,7 +81,7 @@ def first_wrong_column(completion: str) -> int | None:
         m = LINE.match(line)
         if m:
             columns, _ = scratchpad(int(m["x"]), m["op"], int(m["b"]))
-            if m["columns"] != columns:
+            if m["columns"] not in (columns, earlier_layout(columns)):  # as `first_error` judges a line
                 i = next((j for j, (a, b) in enumerate(zip(m["columns"], columns)) if a != b),
                          min(len(m["columns"]), len(columns)))
                 return offset + m.start("columns") + i
@@ -98,7 +98,7 @@ def commit_order(pieces: list[str], forward_of: list[int], digit: int) -> dict:
     often right and committed first while the copy of a wrong column digit comes after it)."""
     text = "".join(pieces)
     start = text.rfind("\n", 0, digit) + 1
-    end = text.find("\n", digit) if "\n" in text[digit:] else len(text)
+    end = text.find("\n", digit) % (len(text) + 1)  # -1 (the last line) -> len(text)
     result = text.rfind(" so ", start, end)
     starts, token = token_of_char(pieces)
     t = token(digit)
