@@ -106,10 +106,10 @@ def operation(prompt: str) -> str:
 def units_digits(answer: str) -> list[int]:
     """Character offsets of what a sort of numbers computes (none in a list of words): the units digit of every
     number in the sorted list (a one-digit number is its own), and, in a worked answer (`sort_groups`), every units
-    digit of the groups (not the tens-digit headers). The training focus of the sort drill: a sorted list of numbers goes
-    wrong in its units digits (`36` written `37`, or a number twice, the model card's traced failure): the tens digits
-    rise through the list, and the units digit is the choice among the prompt's numbers that share one. Focus rows
-    mask exactly these, with the tens digits and the neighbours visible (polestar/train/objective.py:sft_loss)."""
+    digit of the groups (not the tens-digit headers). The training focus of the sort drill: a sorted list of numbers
+    goes wrong in its units digits (`36` written `37`, or a number twice, the model card's traced failure): the tens
+    digits rise through the list, and the units digit is the choice among the prompt's numbers that share one. Focus
+    rows mask exactly these, with the tens digits and the neighbours visible (polestar/train/objective.py:sft_loss)."""
     cut = answer.rfind(" so ")
     groups = [m.start() for m in re.finditer(r"(?<![\d:])\d(?![\d:])", answer[:max(cut, 0)])]
     return groups + [m.end() - 1 for m in re.finditer(r"\d+", answer) if m.start() > cut]
