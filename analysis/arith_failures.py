@@ -28,7 +28,7 @@ import collections
 import json
 import re
 
-from analysis.commit_reliability import digit_verdicts, token_of_char
+from analysis.commit_reliability import digit_verdicts, token_of_char, traced_commits
 from polestar import tasks
 from polestar.tasks.arith import padded, scratchpad
 
@@ -42,6 +42,13 @@ def earlier_layout(columns: str) -> str:
     """A line's column chunks as weights trained before 2026-12-02 write them: a product column `a*m+c=ds` (the
     one-digit product not written), other columns unchanged. The shipped v3 weights write this layout."""
     return _PRODUCT_COLUMN.sub(r"\1*\2+\3=\4", columns)
+
+
+def own_columns(line: re.Match) -> str | None:
+    """The columns a parsed solution line should write for its own operands, when it writes others (either layout
+    counts as right); None when its columns are right."""
+    columns, _ = scratchpad(int(line["x"]), line["op"], int(line["b"]))
+    return None if line["columns"] in (columns, earlier_layout(columns)) else columns
 
 
 def first_error(reference: str, completion: str) -> str | None:
@@ -61,9 +68,9 @@ def first_error(reference: str, completion: str) -> str | None:
             return "previous result"
         if line["op"] != ref["op"] or int(line["b"]) != int(ref["b"]):
             return "event"
-        columns, result = scratchpad(int(line["x"]), line["op"], int(line["b"]))
-        if line["columns"] not in (columns, earlier_layout(columns)):
+        if own_columns(line) is not None:
             return "columns"
+        result = scratchpad(int(line["x"]), line["op"], int(line["b"]))[1]
         if int(line["y"]) != result:
             return "result"
         previous = result
@@ -79,12 +86,11 @@ def first_wrong_column(completion: str) -> int | None:
     offset = 0
     for line in completion.split("\n"):
         m = LINE.match(line)
-        if m:
-            columns, _ = scratchpad(int(m["x"]), m["op"], int(m["b"]))
-            if m["columns"] not in (columns, earlier_layout(columns)):  # as `first_error` judges a line
-                i = next((j for j, (a, b) in enumerate(zip(m["columns"], columns)) if a != b),
-                         min(len(m["columns"]), len(columns)))
-                return offset + m.start("columns") + i
+        columns = own_columns(m) if m else None
+        if columns is not None:
+            i = next((j for j, (a, b) in enumerate(zip(m["columns"], columns)) if a != b),
+                     min(len(m["columns"]), len(columns)))
+            return offset + m.start("columns") + i
         offset += len(line) + 1
     return None
 
@@ -135,9 +141,8 @@ def orders(model, rows: list[dict], seed: int, gen_length: int, block_length: in
     """`commit_order` of the first wrong column digit of each wrong row of a dump whose first error is a column,
     and of every written column digit of its first `right_rows` right rows (the base rate), each decoded again
     with LLaDA's sampler (one token per step); counts over each."""
-    from polestar.api import encode_prompt
+    import polestar
     from polestar.config import resolve
-    from polestar.decode import decode
 
     references = {ex.prompt: ex for ex in tasks.make("arith", max(300, len(rows)), seed)}
     cfg = resolve("baseline", gen_length=gen_length, block_length=block_length)
@@ -146,18 +151,12 @@ def orders(model, rows: list[dict], seed: int, gen_length: int, block_length: in
     wrong = [r for r in rows if not r["correct"]
              and first_error(references[r["prompt"]].answer, r["completion"]) == "columns"]
     for row in wrong + [r for r in rows if r["correct"]][:right_rows]:
-        ids = encode_prompt(model, row["prompt"])
-        out = decode(model, ids, cfg, trace=True)
-        tokens = out.canvas[0, ids.shape[1]:].tolist()
-        pieces = [model.tokenizer.decode([t], skip_special_tokens=True) for t in tokens]
+        pieces, commits = traced_commits(model, polestar.generate(model, row["prompt"], cfg, trace=True))
         counts = base if row["correct"] else failures
         if "".join(pieces).strip() != row["completion"].strip():
             counts["decoded differently from the dump (skipped)"] += 1
             continue
-        forward_of = [0] * len(tokens)
-        for event in out.trace.events:
-            for c in event.commits:
-                forward_of[c.gen_index] = event.nfe
+        forward_of = [commits[i][2] for i in range(len(pieces))]
         text = "".join(pieces)
         digits = ([v.offset for v in digit_verdicts(text) if v.kind == "written"] if row["correct"]
                   else [first_wrong_column(text)])

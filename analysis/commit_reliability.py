@@ -87,6 +87,13 @@ def token_of_char(pieces: list[str]):
     return starts, token
 
 
+def traced_commits(model, r) -> tuple[list[str], dict[int, tuple[str, float, int]]]:
+    """(the generated tokens' strings in canvas order, generated index -> (reason, confidence, forward)) of a
+    traced `polestar.generate` result."""
+    pieces = [model.tokenizer.decode([t], skip_special_tokens=True) for t in r.token_ids]
+    return pieces, {c.gen_index: (c.reason, c.confidence, e.nfe) for e in r.trace.events for c in e.commits}
+
+
 def commit_of_each_digit(pieces: list[str], commits: dict[int, tuple[str, float, int]], text_verdicts):
     """(reason, confidence, inputs_first, verdict) for each judged digit: `pieces` are the generated tokens'
     strings in canvas order (their concatenation is the text judged), `commits` maps a generated index to its
@@ -169,8 +176,7 @@ def measure(model, examples, cfgs: dict, pooled_over: tuple[str, ...] = ()) -> t
             r = polestar.generate(model, ex.prompt, cfg, trace=True)
             correct += tasks.score("arith", ex, r.text)
             nfe += r.nfe
-            pieces = [model.tokenizer.decode([t], skip_special_tokens=True) for t in r.token_ids]
-            commits = {c.gen_index: (c.reason, c.confidence, e.nfe) for e in r.trace.events for c in e.commits}
+            pieces, commits = traced_commits(model, r)
             judged = commit_of_each_digit(pieces, commits, digit_verdicts("".join(pieces)))
             for key, right in column_orders(judged):
                 _tally(counts, ("column, order", key), right)
