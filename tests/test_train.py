@@ -175,6 +175,15 @@ def test_compact_state_resumes_the_run(trained, tmp_path):
     assert json.loads((small / "state.json").read_text())["step"] == 85
 
 
+def _rows_of_content(b: int, length: int, start: int, content: int, eos: int):
+    """ids [b, length] (a prompt of `start` tokens, `content` answer tokens, then EOS) and the response mask."""
+    ids = torch.ones(b, length, dtype=torch.long)
+    ids[:, start + content:] = eos
+    response = torch.zeros(b, length, dtype=torch.bool)
+    response[:, start:] = True
+    return ids, response
+
+
 def test_block_causal_rows_mask_a_clean_prefix_one_block_and_all_after():
     """With block_rows=1 every row shows whole clean blocks, one block masked with its ratio, everything after it
     masked; the block starts at a multiple of the block length from the response start, at or before the block
@@ -188,10 +197,7 @@ def test_block_causal_rows_mask_a_clean_prefix_one_block_and_all_after():
             return self.logits
 
     b, length, start, content, block, eos, mask = 32, 300, 20, 150, 32, 0, 7
-    ids = torch.ones(b, length, dtype=torch.long)
-    ids[:, start + content:] = eos
-    response = torch.zeros(b, length, dtype=torch.bool)
-    response[:, start:] = True
+    ids, response = _rows_of_content(b, length, start, content, eos)
     model = Recorder()
     loss = sft_loss(model, ids, response, mask, 0.001, torch.Generator().manual_seed(0), 1.0, block, eos)
     loss.backward()
@@ -423,3 +429,50 @@ def test_sort_successor_probe_masks_from_each_number_on_and_scores_each_kind():
     assert scores["n"] == n and scores["next_number"] == 1 and scores["units_given_tens"] == 0
     assert scores["next_number_count"] == sum(len(ex.target.split()) for ex in sorts)
     assert scores["units_given_tens_count"] == sum(len(x) >= 2 for ex in sorts for x in ex.target.split())
+
+
+def test_order_rows_unmask_a_share_of_one_block_most_confident_first():
+    """With order_rows=1 every row shows clean blocks before a block j, everything after it masked, and inside it a
+    share of positions unmasked with their reference tokens, the ones the model is most confident of first (here
+    a model whose confidence rises, or falls, with the position: the unmasked positions are the block's last, or
+    first, ones); exactly block j's still-masked positions are scored, with the model called once per round and
+    once for the loss."""
+    from polestar.train.trainer import sft_loss
+
+    class Ranked(torch.nn.Module):
+        def __init__(self, rising: bool) -> None:
+            super().__init__()
+            self.rising, self.calls = rising, 0
+
+        def forward(self, noisy):
+            self.calls += 1
+            self.noisy = noisy
+            pos = torch.arange(noisy.shape[1], dtype=torch.float)
+            sharp = (pos if self.rising else -pos) * 0.01 + 5.0
+            self.logits = torch.zeros(*noisy.shape, 8)
+            self.logits[..., 3] = sharp
+            self.logits.requires_grad_(True)
+            return self.logits
+
+    b, length, start, content, block, eos, mask = 24, 300, 20, 150, 32, 0, 7
+    ids, response = _rows_of_content(b, length, start, content, eos)
+    for rising in (True, False):
+        model = Ranked(rising)
+        sft_loss(model, ids, response, mask, 0.001, torch.Generator().manual_seed(1), block_length=block, eos_id=eos,
+                 order_rows=1.0, order_rounds=2).backward()
+        assert model.calls == 3
+        scored = model.logits.grad.abs().sum(-1) > 0
+        masked = model.noisy == mask
+        shares, blocks = set(), set()
+        for row in range(b):
+            first = start + block * int((~masked[row, start:]).sum() // block)  # clean blocks, then block j's share
+            lo, hi = first, first + block
+            blocks.add((lo - start) // block)
+            assert not masked[row, :lo].any() and masked[row, hi:].all()
+            assert torch.equal(scored[row], masked[row] & (torch.arange(length) < hi))
+            inside = masked[row, lo:hi]
+            kept = int((~inside).sum())
+            shares.add(kept)
+            expect = torch.arange(block) < block - kept if rising else torch.arange(block) >= kept
+            assert torch.equal(inside, expect)
+        assert len(blocks) > 2 and len(shares) > 5  # the block and the share are drawn

@@ -71,6 +71,12 @@ class TrainConfig:
                                                                   "focus tokens, its focus tokens masked with the "
                                                                   "row's ratio t, everything after it masked (the "
                                                                   "canvas one-token-per-step decoding computes in)"})
+    order_rows: float = field(default=0.0, metadata={"help": "fraction of the rows showing the canvas confidence-"
+                                                            "ordered decoding builds in a block: clean blocks "
+                                                            "before it, a share of it unmasked (reference tokens) "
+                                                            "most confident first, everything after it masked; "
+                                                            "its masked positions scored"})
+    order_rounds: int = field(default=2, metadata={"help": "no-grad forwards that rank an order row's block"})
     seed: int = field(default=0, metadata={"help": "seed of init and data"})
     tokenizer_corpus: int = field(default=20000, metadata={"help": "examples per task to train the tokenizer on"})
     split_digits: bool = field(default=False, metadata={"help": "one token per digit (else BPE merges numbers)"})
@@ -106,6 +112,9 @@ class TrainConfig:
         if not 0 <= self.block_rows <= 1 or self.block_length < 1:
             raise ConfigError(f"block_rows must be in [0, 1] and block_length ≥ 1, got {self.block_rows}, "
                               f"{self.block_length}")
+        if not 0 <= self.order_rows <= 1 or self.order_rounds < 1:
+            raise ConfigError(f"order_rows must be in [0, 1] and order_rounds ≥ 1, got {self.order_rows}, "
+                              f"{self.order_rounds}")
         if not 0 < self.mask_eps < 1:
             raise ConfigError(f"mask_eps must be in (0, 1), got {self.mask_eps}")
         if self.steps < 1 or self.warmup < 0 or self.token_budget < 64:
@@ -201,7 +210,8 @@ def train(cfg: TrainConfig, until: int | None = None) -> Path:
             group["lr"] = _lr(cfg, step)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.autocast):
             loss = sft_loss(model, ids, response, special["mask"], cfg.mask_eps, g, cfg.block_rows,
-                            cfg.block_length, special["eos"], batch.focus, cfg.focus_rows, cfg.focus_block_rows)
+                            cfg.block_length, special["eos"], batch.focus, cfg.focus_rows, cfg.focus_block_rows,
+                            cfg.order_rows, cfg.order_rounds)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
