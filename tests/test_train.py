@@ -476,3 +476,16 @@ def test_order_rows_unmask_a_share_of_one_block_most_confident_first():
             expect = torch.arange(block) < block - kept if rising else torch.arange(block) >= kept
             assert torch.equal(inside, expect)
         assert len(blocks) > 2 and len(shares) > 5  # the block and the share are drawn
+
+
+def test_evaluate_in_parts_decodes_what_one_run_decodes():
+    """`evaluate(..., skip=k)` scores the held-out examples after the first k, each decoded as in one run over all
+    of them (the rows of a batch are independent): examples 2-3 alone match a run over 1-3."""
+    import polestar
+    from polestar.train.evaluate import evaluate
+
+    model = polestar.load_model(polestar.DEFAULT_MODEL)
+    whole = evaluate(model, "arith", 3, 0, 64, 32, 0.9, 16)
+    part = evaluate(model, "arith", 2, 0, 64, 32, 0.9, 16, skip=1)
+    assert part["skip"] == 1 and part["n"] == 2
+    assert part["rows"] == whole["rows"][1:]

@@ -27,9 +27,11 @@ from polestar.tasks.arith import CARRY_IN, CARRY_OUT, COLUMN, DIGIT
 
 
 def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length: int,
-             threshold: float | None, batch: int) -> dict:
-    """Accuracy of `n` held-out examples; "rows" holds each example's prompt, target, completion and verdict."""
-    examples = tasks.make(task, n, seed)
+             threshold: float | None, batch: int, skip: int = 0) -> dict:
+    """Accuracy of `n` held-out examples, the ones after the first `skip` (a run in parts decodes each example as
+    a whole run does: rows are decoded independently); "rows" holds each example's prompt, target, completion and
+    verdict."""
+    examples = tasks.make(task, skip + n, seed)[skip:]
     tok = model.tokenizer
     by_len: dict[int, list[tuple[int, list[int]]]] = defaultdict(list)
     for i, ex in enumerate(examples):
@@ -51,7 +53,7 @@ def evaluate(model, task: str, n: int, seed: int, gen_length: int, block_length:
     rows = [{"prompt": ex.prompt, "target": ex.target, "completion": text, "correct": bool(tasks.score(task, ex, text))}
             for ex, text in zip(examples, completions)]
     correct = sum(r["correct"] for r in rows)
-    return {"task": task, "n": n, "seed": seed, "threshold": threshold, "gen_length": gen_length,
+    return {"task": task, "n": n, "skip": skip, "seed": seed, "threshold": threshold, "gen_length": gen_length,
             "block_length": block_length, "accuracy": correct / n, "tokens_per_step": n * gen_length / steps,
             "tpf": content_tokens / steps, "wall_s": round(wall, 1), "rows": rows}
 
@@ -214,6 +216,8 @@ def main() -> None:
     p.add_argument("--model", default=polestar.DEFAULT_MODEL)
     p.add_argument("--tasks", default="arith,lists")
     p.add_argument("--n", type=int, default=300)
+    p.add_argument("--skip", type=int, default=0, help="evaluate the held-out examples after the first SKIP (a run "
+                   "of 300 in parts: --n 100 --skip 100 is examples 101-200)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gen-length", type=int, default=256)
     p.add_argument("--block-length", type=int, default=32)
@@ -256,7 +260,7 @@ def main() -> None:
             print(json.dumps(fill_accuracy(model, task, args.n, args.seed, args.fill, args.gen_length)), flush=True)
             continue
         result = evaluate(model, task, args.n, args.seed, args.gen_length, args.block_length, args.threshold,
-                          args.batch)
+                          args.batch, args.skip)
         rows = result.pop("rows")
         if args.dump:
             with open(args.dump, "a") as f:
