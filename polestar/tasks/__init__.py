@@ -1,10 +1,9 @@
 """Seeded, deterministic task generators with scorers: `make(name, n, seed)` and `score(name, example, text)`.
 
 Tasks: `arith` (GSM8K-style word problems, scored on the integer after `####`) and `lists` (copy / reverse /
-sort, exact match of the items; a sort of numbers is worked first and read after its `so`); `lists-copy` (the copy
-third of `lists`), `lists-copy-words`, `lists-sort` (the sort third) and `lists-long` (copies and reversals of long
-lists) are training curriculum steps, and `arith-drill` (bare equations, the arithmetic facts of `arith` many per
-token) a training drill.
+sort, exact match); `lists-copy` (the copy third of `lists`), `lists-copy-words`, `lists-sort` (the sort
+third) and `lists-long` (copies and reversals of long lists) are training curriculum steps, and `arith-drill`
+(bare equations, the arithmetic facts of `arith` many per token) a training drill.
 `split="test"` (the default) gives held-out examples; training draws `split="train"`.
 """
 

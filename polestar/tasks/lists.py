@@ -7,14 +7,6 @@ distinct (drawn without replacement): an item's neighbour then names its place i
 small model copies long lists (with repeats it must count positions; a run with repeated items learnt no
 copying in 750 CPU steps, model card). The answer is the resulting items separated by single spaces; scoring
 is exact match on the item sequence.
-
-A sort of numbers is worked before it is written (`sort_groups`): the prompt's numbers grouped by their tens digit,
-each group's units digits in prompt order, then `so` and the sorted list, e.g. `Sort the list in ascending order:
-32 16 33 42 15 0` → `0: 0 | 1: 6 5 | 3: 2 3 | 4: 2 so 0 15 16 32 33 42`. A bare sort asks, for every number, which of
-up to 31 two-token numbers anywhere in the prompt comes next (the v9 weights' failures: a units digit wrong or a
-number written twice, model card); worked, each group is a copy that skips the prompt's other tens digits, and each
-sorted number is its group's header and the next larger of a few single digits just before it. The scorer reads
-the items after the last `so` (a completion without one is read whole, as bare answers were).
 """
 
 from __future__ import annotations
@@ -59,18 +51,8 @@ def candidate(rng: random.Random, ops: tuple[str, ...] = tuple(OPS), words_only:
         key = str
     result = {"copy": items, "reverse": items[::-1], "sort": sorted(items, key=key)}[op]
     prompt = rng.choice(OPS[op]).format(items=" ".join(items))
-    target = " ".join(result)
-    answer = f"{sort_groups(items)} so {target}" if op == "sort" and numbers else target
-    return Example(task="lists", prompt=prompt, answer=answer, target=target)
-
-
-def sort_groups(numbers: list[str]) -> str:
-    """The worked part of a sort of numbers 0–99: for each tens digit present, in rising order, `d:` and the units
-    digits of the numbers with that tens digit in their prompt order, groups separated by ` | `."""
-    groups: dict[int, list[int]] = {}
-    for x in numbers:
-        groups.setdefault(int(x) // 10, []).append(int(x) % 10)
-    return " | ".join(f"{tens}: " + " ".join(map(str, units)) for tens, units in sorted(groups.items()))
+    answer = " ".join(result)
+    return Example(task="lists", prompt=prompt, answer=answer, target=answer)
 
 
 def candidate_copy(rng: random.Random) -> Example:
@@ -104,22 +86,13 @@ def operation(prompt: str) -> str:
 
 
 def units_digits(answer: str) -> list[int]:
-    """Character offsets of what a sort of numbers computes (none in a list of words): the units digit of every
-    number in the sorted list (a one-digit number is its own), and, in a worked answer (`sort_groups`), every units
-    digit of the groups (not the tens-digit headers). The training focus of the sort drill: a sorted list of numbers
-    goes wrong in its units digits (`36` written `37`, or a number twice, the model card's traced failure): the tens
-    digits rise through the list, and the units digit is the choice among the prompt's numbers that share one. Focus
-    rows mask exactly these, with the tens digits and the neighbours visible (polestar/train/objective.py:sft_loss)."""
-    cut = answer.rfind(" so ")
-    groups = [m.start() for m in re.finditer(r"(?<![\d:])\d(?![\d:])", answer[:max(cut, 0)])]
-    return groups + [m.end() - 1 for m in re.finditer(r"\d+", answer) if m.start() > cut]
-
-
-def final_items(completion: str) -> list[str]:
-    """The items a completion answers: those after its last `so` (a worked sort), else all of them."""
-    items = completion.split()
-    return items[len(items) - items[::-1].index("so"):] if "so" in items else items
+    """Character offsets of the units digit of every number of two or more digits in `answer` (none in a list of
+    words): the training focus of the sort drill. A sorted list of numbers goes wrong in its units digits (`36`
+    written `37`, or a number twice, the model card's traced failure): the tens digits rise through the list, and
+    the units digit is the choice among the prompt's numbers that share one. Focus rows mask exactly these, with
+    the tens digits and the neighbours visible (polestar/train/objective.py:sft_loss)."""
+    return [m.end() - 1 for m in re.finditer(r"\d{2,}", answer)]
 
 
 def score(example: Example, completion: str) -> bool:
-    return final_items(completion) == example.target.split()
+    return completion.split() == example.target.split()

@@ -179,8 +179,7 @@ def sort_successor(model, n: int, seed: int, gen_length: int = 256) -> dict:
     on masked (the canvas a left-to-right decode writes that number in; where the answer ends is hidden too), the
     share of numbers whose first token the argmax gets right (`next_number`: which prompt number comes next), and,
     with the number's tens digit shown as well, the share of units digits right (`units_given_tens`: which of the
-    prompt's numbers with that tens digit). In a worked sort the groups before `so` are shown and the probes are
-    the sorted list's. One forward per example (its probes are the rows of a batch)."""
+    prompt's numbers with that tens digit). One forward per example (its probes are the rows of a batch)."""
     tok = model.tokenizer
     sorts = [ex for ex in tasks.make("lists", 20 * n, seed)
              if tasks.lists.operation(ex.prompt) == "sort" and ex.target.split()[0].isdigit()][:n]
@@ -191,8 +190,7 @@ def sort_successor(model, n: int, seed: int, gen_length: int = 256) -> dict:
         truth = torch.tensor(prompt + enc.input_ids + [model.eos_id] * (gen_length - len(enc.input_ids)))
         covering = {a: j for j, (lo, hi) in enumerate(enc.offset_mapping) for a in range(lo, hi)}
         probes = []  # (token masked from there on, kind)
-        start = ex.answer.rfind(" so ")  # a worked sort (tasks.lists.sort_groups): probe its sorted list
-        for m in (m for m in re.finditer(r"\d+", ex.answer) if m.start() > start):
+        for m in re.finditer(r"\d+", ex.answer):
             probes.append((covering[m.start()], "next_number"))
             if m.end() - m.start() >= 2:
                 probes.append((covering[m.end() - 1], "units_given_tens"))
