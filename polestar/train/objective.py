@@ -122,11 +122,10 @@ def _confidence_order(model: Transformer, ids: torch.Tensor, in_block: torch.Ten
         need = target - (in_block & ~left).sum(1)
         if not (need > 0).any():
             continue
-        logits = model(ids.masked_fill((left | after).to(ids.device), mask_id)).float().cpu()
-        conf = logits.softmax(-1).amax(-1).masked_fill(~left, -1.0)
-        order = conf.argsort(dim=1, descending=True, stable=True)
-        rank = torch.empty_like(order).scatter_(1, order, torch.arange(conf.shape[1]).expand_as(order).contiguous())
-        left &= ~(rank < need.unsqueeze(1))
+        logits = model(ids.masked_fill((left | after).to(ids.device), mask_id))
+        conf = logits.float().softmax(-1).amax(-1).cpu().masked_fill(~left, -1.0)
+        order = conf.argsort(dim=1, descending=True, stable=True)  # the first `need` of each row are unmasked
+        left &= ~torch.zeros_like(left).scatter_(1, order, torch.arange(conf.shape[1]) < need.unsqueeze(1))
     return left
 
 
