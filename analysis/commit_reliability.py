@@ -42,7 +42,8 @@ class DigitVerdict:
 
 def digit_verdicts(text: str) -> list[DigitVerdict]:
     """Every computed digit of every column chunk in `text`, judged against the chunk's own digits (carry: the
-    previous chunk of the same line)."""
+    previous chunk of the same line). A product chunk without its product pair (`a*m+c=ds`, the earlier layout)
+    has no product digits to judge; its written pair is judged against a·m + c."""
     verdicts = []
     line_start = 0
     for line in text.split("\n"):
@@ -55,6 +56,9 @@ def digit_verdicts(text: str) -> list[DigitVerdict]:
             if op != "*":  # a ± b ± c = ds
                 value = a + b + c if op == "+" else a - b - c
                 written_ok = (10 * d + s == value) if op == "+" else (d in (0, 1) and s - 10 * d == value)
+                written_inputs = (first, first + 2, at(CARRY_IN))
+            elif m[1] is None:  # a * m + c = ds: the earlier product layout, which a decode may still write
+                written_ok = 10 * d + s == a * b + c
                 written_inputs = (first, first + 2, at(CARRY_IN))
             else:  # a * m = pp + c = ds
                 product = a * b

@@ -148,6 +148,9 @@ def test_digit_verdicts_charge_an_error_to_the_digit_that_made_it():
     flipped = ex.answer[:carry] + str(1 - int(ex.answer[carry])) + ex.answer[carry + 1:]
     bad = [v for v in digit_verdicts(flipped) if not v.right]
     assert ("carry", carry) in [(v.kind, v.offset) for v in bad]
+    # a product chunk in the earlier layout (no product pair) is judged on its written pair: 1·8 + 5 is not 14
+    assert [(v.kind, v.right) for v in digit_verdicts("7*8+0=56 1*8+5=14")] == [
+        ("carry", True), ("written", True), ("written", True), ("carry", True), ("written", False), ("written", False)]
     # each digit is traced to the token that holds it (an empty piece, a special token, holds none), and its
     # inputs to theirs: here the written pair is committed by forward 5, with its product's units digit
     pieces = ["2", "*", "3", "=", "0", "6", "+", "0", "=", "", "0", "6"]
