@@ -120,9 +120,8 @@ def _vacuous(panel: dict, n: int) -> str:
     acc = [v["accuracy"] for v in panel.values()]
     if max(acc) - min(acc) > 1.5 / n:
         return ""
-    return (f"Accuracy is {100 * min(acc):.0f}–{100 * max(acc):.0f} % in every row, at most one example of {n} apart "
-            "(the shipped weights do not solve the task yet): the accuracy checks below cannot be decided; only TPF "
-            "and TPS are informative.\n\n")
+    return (f"Accuracy is {100 * min(acc):.0f}–{100 * max(acc):.0f} % in every row, at most one example of {n} apart: "
+            "at this n the accuracy checks below cannot be decided; only TPF and TPS are informative.\n\n")
 
 
 def fig6(d: dict) -> str:
