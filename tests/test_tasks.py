@@ -150,6 +150,25 @@ def test_long_list_drill_copies_or_reverses_only_long_lists():
     assert tasks.make("lists", 3, seed=0)[0].prompt == "Write the list again: 89 28 5 73 81 68"
 
 
+def test_dense_sort_drill_sorts_numbers_from_a_narrow_window():
+    """`lists-sort-dense`: a `lists` sort (phrasing, scorer, focus) of k distinct numbers from a window of at most 3k
+    consecutive values, so most sorted neighbours share a tens digit, far more than in `lists-sort`."""
+    def shared_tens(examples):
+        pairs = [(a, b) for ex in examples for a, b in zip(ex.target.split(), ex.target.split()[1:]) if len(b) == 2]
+        return sum(len(a) == 2 and a[0] == b[0] for a, b in pairs) / len(pairs)
+
+    dense = tasks.make("lists-sort-dense", 300, seed=0, split="train")
+    for ex in dense:
+        items = [int(x) for x in ex.prompt.split(": ", 1)[1].split()]
+        assert tasks.lists.operation(ex.prompt) == "sort" and len(set(items)) == len(items)
+        assert tasks.lists.MIN_ITEMS <= len(items) <= tasks.lists.SORT_MAX_ITEMS
+        assert max(items) - min(items) < 3 * len(items)
+        assert ex.target.split() == [str(x) for x in sorted(items)] and tasks.score("lists", ex, ex.answer)
+        assert tasks.computed("lists-sort-dense", ex.answer) == tasks.computed("lists-sort", ex.answer)
+    number_sorts = [ex for ex in tasks.make("lists-sort", 600, seed=0, split="train") if ex.target[0].isdigit()]
+    assert shared_tens(dense) > 0.7 > 0.55 > shared_tens(number_sorts)
+
+
 @pytest.mark.parametrize("name", ["arith", "lists"])
 def test_train_and_test_are_disjoint(name):
     """Disjoint by construction (the split is a hash of the prompt); checked here for the evaluation seeds

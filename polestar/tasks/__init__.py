@@ -2,8 +2,9 @@
 
 Tasks: `arith` (GSM8K-style word problems, scored on the integer after `####`) and `lists` (copy / reverse /
 sort, exact match); `lists-copy` (the copy third of `lists`), `lists-copy-words`, `lists-sort` (the sort
-third) and `lists-long` (copies and reversals of long lists) are training curriculum steps, and `arith-drill`
-(bare equations, the arithmetic facts of `arith` many per token) a training drill.
+third), `lists-sort-dense` (sorts of numbers from a narrow range) and `lists-long` (copies and reversals of long
+lists) are training curriculum steps, and `arith-drill` (bare equations, the arithmetic facts of `arith` many per
+token) a training drill.
 `split="test"` (the default) gives held-out examples; training draws `split="train"`.
 """
 
@@ -21,6 +22,7 @@ TASKS = {"arith": arith, "lists": lists,
          "lists-copy-words": SimpleNamespace(candidate=lists.candidate_copy_words, score=lists.score),
          "lists-sort": SimpleNamespace(candidate=lists.candidate_sort, score=lists.score),
          "lists-long": SimpleNamespace(candidate=lists.candidate_long, score=lists.score),
+         "lists-sort-dense": SimpleNamespace(candidate=lists.candidate_sort_dense, score=lists.score),
          # training drill: the sums, differences, products and quotients `arith` asks for, as bare equations,
          # scored like `lists` (exact match of the whitespace-separated items)
          "arith-drill": SimpleNamespace(candidate=arith.candidate_drill, score=lists.score)}
@@ -44,7 +46,8 @@ def make(name: str, n: int, seed: int = 0, split: str = "test") -> list[Example]
     return draw(task.candidate, n, seed, split)
 
 
-COMPUTED = {"arith": arith.worked_digits, "arith-drill": arith.column_digits, "lists-sort": lists.units_digits}
+COMPUTED = {"arith": arith.worked_digits, "arith-drill": arith.column_digits, "lists-sort": lists.units_digits,
+            "lists-sort-dense": lists.units_digits}
 
 
 def computed(name: str, answer: str) -> list[int] | None:
