@@ -74,11 +74,13 @@ def candidate_sort_dense(rng: random.Random) -> Example:
     one of the same tens (`45` for `43`). Drawn from 0–99, a sort of k numbers shares each tens digit among ~k/10 of
     them, and half of a sorted answer's two-digit numbers share it with the number before; drawn from a window of k
     to 3k consecutive values, about four in five do, so most units digits are that choice (the window is wider than
-    k so that the next number is not always the next integer). k is log-uniform over the sort's lengths, as in
-    `lists`; the prompt and the answer are a `lists` sort's."""
+    k so that the next number is not always the next integer). A quarter of the windows start at 0: the other way
+    those sorts went wrong is at their start, where one-token numbers meet two-token ones (`1 2 4 7 9 11` written
+    with `11` two slots early). k is log-uniform over the sort's lengths, as in `lists`; the prompt and the answer
+    are a `lists` sort's."""
     k = round(MIN_ITEMS * (SORT_MAX_ITEMS / MIN_ITEMS) ** rng.random())
     width = min(100, rng.randint(k, 3 * k))
-    low = rng.randint(0, 100 - width)
+    low = 0 if rng.random() < 0.25 else rng.randint(0, 100 - width)
     items = [str(x) for x in rng.sample(range(low, low + width), k)]
     prompt = rng.choice(OPS["sort"]).format(items=" ".join(items))
     answer = " ".join(sorted(items, key=int))
