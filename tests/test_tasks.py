@@ -166,7 +166,7 @@ def test_dense_sort_drill_sorts_numbers_from_a_narrow_window():
         assert ex.target.split() == [str(x) for x in sorted(items)] and tasks.score("lists", ex, ex.answer)
         assert tasks.computed("lists-sort-dense", ex.answer) == tasks.computed("lists-sort", ex.answer)
     number_sorts = [ex for ex in tasks.make("lists-sort", 600, seed=0, split="train") if ex.target[0].isdigit()]
-    assert shared_tens(dense) > 0.7 > 0.55 > shared_tens(number_sorts)
+    assert shared_tens(dense) > 0.7 and shared_tens(number_sorts) < 0.55  # 0.80 and 0.49 for these draws
 
 
 @pytest.mark.parametrize("name", ["arith", "lists"])
