@@ -42,13 +42,20 @@ def candidate(rng: random.Random, ops: tuple[str, ...] = tuple(OPS), words_only:
     if long_only:  # the top two thirds of the range, uniformly
         k = rng.randint(max(MIN_ITEMS, top // 3), top)
     else:
-        k = round(MIN_ITEMS * (top / MIN_ITEMS) ** rng.random())
-    if numbers:
-        items = [str(x) for x in rng.sample(range(100), k)]
-        key = int
-    else:
-        items = rng.sample(WORDS, k)
-        key = str
+        k = _log_uniform_count(rng, top)
+    items = [str(x) for x in rng.sample(range(100), k)] if numbers else rng.sample(WORDS, k)
+    return _example(rng, op, items)
+
+
+def _log_uniform_count(rng: random.Random, top: int) -> int:
+    """An item count log-uniform from MIN_ITEMS to `top`: answers from a few tokens to most of the canvas."""
+    return round(MIN_ITEMS * (top / MIN_ITEMS) ** rng.random())
+
+
+def _example(rng: random.Random, op: str, items: list[str]) -> Example:
+    """The `lists` example applying `op` to `items` (numbers sort by value, words alphabetically), in one of the
+    operation's phrasings."""
+    key = int if items[0].isdigit() else str
     result = {"copy": items, "reverse": items[::-1], "sort": sorted(items, key=key)}[op]
     prompt = rng.choice(OPS[op]).format(items=" ".join(items))
     answer = " ".join(result)
@@ -78,13 +85,10 @@ def candidate_sort_dense(rng: random.Random) -> Example:
     those sorts went wrong is at their start, where one-token numbers meet two-token ones (`1 2 4 7 9 11` written
     with `11` two slots early). k is log-uniform over the sort's lengths, as in `lists`; the prompt and the answer
     are a `lists` sort's."""
-    k = round(MIN_ITEMS * (SORT_MAX_ITEMS / MIN_ITEMS) ** rng.random())
+    k = _log_uniform_count(rng, SORT_MAX_ITEMS)
     width = min(100, rng.randint(k, 3 * k))
     low = 0 if rng.random() < 0.25 else rng.randint(0, 100 - width)
-    items = [str(x) for x in rng.sample(range(low, low + width), k)]
-    prompt = rng.choice(OPS["sort"]).format(items=" ".join(items))
-    answer = " ".join(sorted(items, key=int))
-    return Example(task="lists", prompt=prompt, answer=answer, target=answer)
+    return _example(rng, "sort", [str(x) for x in rng.sample(range(low, low + width), k)])
 
 
 def candidate_long(rng: random.Random) -> Example:
