@@ -169,6 +169,21 @@ def test_dense_sort_drill_sorts_numbers_from_a_narrow_window():
     assert shared_tens(dense) > 0.7 and shared_tens(number_sorts) < 0.55  # 0.80 and 0.49 for these draws
 
 
+def test_long_reversal_drill_reverses_long_lists_of_numbers():
+    """`lists-reverse-long`: a `lists` reversal (phrasing, scorer) of 16–100 distinct numbers, every length band of
+    that range drawn; it marks nothing as computed (no focus rows)."""
+    lengths = []
+    for ex in tasks.make("lists-reverse-long", 300, seed=0, split="train"):
+        items = ex.prompt.split(": ", 1)[1].split()
+        assert tasks.lists.operation(ex.prompt) == "reverse" and all(x.isdigit() for x in items)
+        assert len(set(items)) == len(items) and ex.target.split() == items[::-1]
+        assert tasks.score("lists", ex, ex.answer) and not tasks.score("lists", ex, " ".join(items))
+        assert tasks.computed("lists-reverse-long", ex.answer) is None
+        lengths.append(len(items))
+    assert min(lengths) >= tasks.lists.REVERSE_LONG_MIN_ITEMS and max(lengths) <= tasks.lists.MAX_ITEMS["numbers"]
+    assert {n // 20 for n in lengths} >= {0, 1, 2, 3, 4}  # 16–19, 20–39, ..., 80–99: every band drawn
+
+
 @pytest.mark.parametrize("name", ["arith", "lists"])
 def test_train_and_test_are_disjoint(name):
     """Disjoint by construction (the split is a hash of the prompt); checked here for the evaluation seeds

@@ -99,6 +99,19 @@ def candidate_long(rng: random.Random) -> Example:
     return candidate(rng, ("copy", "reverse"), long_only=True)
 
 
+REVERSE_LONG_MIN_ITEMS = 16
+
+
+def candidate_reverse_long(rng: random.Random) -> Example:
+    """A reversal of 16–100 distinct numbers only, lengths uniform: a training drill for the reversals the model
+    card v11 weights get wrong. Of 300 held-out `lists`, they reverse every list of 4–18 numbers (19 of 19) and 3 of
+    the 22 of 19–88: answer item i is the prompt's item n − 1 − i, so the answer walks the prompt backwards, each
+    item one or two digit tokens, and the wrong answers write one item mid-list with a digit off by one or two or
+    stop early. `lists-long` draws such lists a quarter of the time (reversal or copy, numbers or words)."""
+    k = rng.randint(REVERSE_LONG_MIN_ITEMS, MAX_ITEMS["numbers"])
+    return _example(rng, "reverse", [str(x) for x in rng.sample(range(100), k)])
+
+
 def candidate_copy_words(rng: random.Random) -> Example:
     """Copy of word lists only (one token per item): the easiest curriculum step."""
     return candidate(rng, ("copy",), words_only=True)
