@@ -3,8 +3,8 @@
 Tasks: `arith` (GSM8K-style word problems, scored on the integer after `####`) and `lists` (copy / reverse /
 sort, exact match); `lists-copy` (the copy third of `lists`), `lists-copy-words`, `lists-sort` (the sort
 third), `lists-sort-dense` (sorts of numbers from a narrow range), `lists-long` (copies and reversals of long
-lists) and `lists-reverse-long` (reversals of long lists of numbers) are training curriculum steps, and `arith-drill` (bare equations, the arithmetic facts of `arith` many per
-token) a training drill.
+lists) and `lists-reverse-long` (reversals of long lists of numbers) are training curriculum steps, and
+`arith-drill` (bare equations, the arithmetic facts of `arith` many per token) a training drill.
 `split="test"` (the default) gives held-out examples; training draws `split="train"`.
 """
 

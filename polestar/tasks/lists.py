@@ -25,6 +25,7 @@ WORDS = (
 MIN_ITEMS = 4
 MAX_ITEMS = {"numbers": 100, "words": len(WORDS)}  # ≤ 190 and ≤ 40 tokens: a 256 canvas holds answer and EOS
 SORT_MAX_ITEMS = 32
+REVERSE_LONG_MIN_ITEMS = 16  # the long-reversal drill's shortest list (candidate_reverse_long)
 OPS = {
     "copy": ("Copy the list: {items}", "Repeat these items exactly: {items}", "Write the list again: {items}"),
     "reverse": ("Reverse the list: {items}", "Write these items in reverse order: {items}",
@@ -97,9 +98,6 @@ def candidate_long(rng: random.Random) -> Example:
     (the model loses its place in the prompt; with numbers it must find it from digits that repeat). The log-uniform
     lengths of `lists` make such lists a small share of its rows."""
     return candidate(rng, ("copy", "reverse"), long_only=True)
-
-
-REVERSE_LONG_MIN_ITEMS = 16
 
 
 def candidate_reverse_long(rng: random.Random) -> Example:
