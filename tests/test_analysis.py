@@ -203,7 +203,7 @@ def test_gate_agreement_compares_band_predictions_with_the_final_canvas():
     from analysis.polestar_firing import measure
 
     model = polestar.load_model(polestar.DEFAULT_MODEL)
-    n = 3  # one example at generation 64 may hold no band target (v11's first); three hold 18 between them
+    n = 3  # one example at generation 64 may hold no band target (v12's first); three hold 20 between them
     silent = measure(model, "arith", n, {"gen_length": 64, "polestar_delta_max": 0.0})
     assert silent["mean_per_example"]["drift_commits"] == 0
     counted = sum(silent["gate_agreement"][gate]["all"]["n"] for gate in ("would fire", "would not fire"))
