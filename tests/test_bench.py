@@ -156,7 +156,13 @@ def test_findings_table_sections_come_from_the_table_rows(tmp_path):
     assert "## Table 11" in page and "| nvfp4 | 54.98 % |" in page and "n = 1 `arith`" in page
     assert "## Table 1" in page and "| polestar | 78.33 % | 3.67 | 1.83× |" in page
     assert "| d2cache | – | – | – |" in page and "lists accuracy" in page and "`lists` n = 1" in page
-    assert page.count("**Verdict:") == 3 and "Not measured" not in page
+    assert page.count("**Verdict:") == 3 and "Not measured" not in page and "(generation 512)" not in page
+    # a table also run at generation 512 gets a second section, read from its own file
+    bench.run_bench(model, ["arith"], 1, table4_ablation.configs(SimpleNamespace(gen_length=32)), 0, progress=False,
+                    out=tables / "table4_ablation_g512.csv")
+    page = findings.render(tmp_path / "no-figures", tables=tables, model_path=str(root))
+    assert page.count("**Verdict:") == 4 and "## Table 4: Polestar's components, one at a time (generation 512)" in page
+    assert "analysis.table4_ablation compute --n 1 --gen-length 512" in page
     other = write_checkpoint(tmp_path / "other", "llada", seed=1)
     page = findings.render(tmp_path / "no-figures", tables=tables, model_path=str(other))
     assert "## Table 4" not in page and "table1_methods, table4_ablation, table11_formats" in page
