@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.nvfp4 import nvfp4_dequantize_reference, nvfp4_dequantize_torch, resolve_impl
-
-BLOCK_G = 64
+from kernels.nvfp4 import group_block, nvfp4_dequantize_reference, nvfp4_dequantize_torch, resolve_impl
 
 
 def gather_dequantize_reference(codes, scales, tensor_scale, anchors, anchor_index, rows) -> torch.Tensor:
@@ -33,10 +31,10 @@ def gather_dequantize(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: t
     if n_out_groups:
         from kernels._nvfp4_triton import _nvfp4_gather_dequantize_kernel
 
-        grid = ((n_out_groups + BLOCK_G - 1) // BLOCK_G,)
-        _nvfp4_gather_dequantize_kernel[grid](
+        block = group_block(n_out_groups, codes.device)
+        _nvfp4_gather_dequantize_kernel[(-(-n_out_groups // block),)](
             codes.contiguous(), scales.contiguous(), anchors.float().contiguous(), anchor_index.contiguous(),
-            rows.contiguous(), out, float(tensor_scale), n_out_groups, groups_per_row, channels, BLOCK_G=BLOCK_G,
+            rows.contiguous(), out, float(tensor_scale), n_out_groups, groups_per_row, channels, BLOCK_G=block,
             # no fused multiply-add: the product is rounded before the anchor add, as in the torch reference (with
             # fusion the GPU build rounded once and `python -m kernels.bench` on an H200 failed bit parity)
             enable_fp_fusion=False)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels.nvfp4 import resolve_impl, e2m1_decode_reference, e2m1_encode_reference
+from kernels.nvfp4 import group_block, resolve_impl, e2m1_decode_reference, e2m1_encode_reference
 
 GROUP = 32
-BLOCK_G = 32  # groups per program: 1,024 values
+BLOCK_G = 32  # groups per program on a GPU: 1,024 values
 
 
 def mxfp4_quantize_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,7 +55,8 @@ def mxfp4_quantize(x: torch.Tensor, impl: str = "auto") -> tuple[torch.Tensor, t
     scales = torch.empty(rows, x.shape[1] // GROUP, dtype=torch.uint8, device=x.device)
     if n_groups:
         kernel, _ = _compiled()
-        kernel[((n_groups + BLOCK_G - 1) // BLOCK_G,)](x.contiguous(), codes, scales, n_groups, BLOCK_G=BLOCK_G)
+        block = group_block(n_groups, x.device, BLOCK_G)
+        kernel[(-(-n_groups // block),)](x.contiguous(), codes, scales, n_groups, BLOCK_G=block)
     return codes, scales
 
 
@@ -66,6 +67,6 @@ def mxfp4_dequantize(codes: torch.Tensor, scales: torch.Tensor, impl: str = "aut
     out = torch.empty(rows, codes.shape[1] * 2, dtype=torch.float32, device=codes.device)
     if n_groups:
         _, kernel = _compiled()
-        kernel[((n_groups + BLOCK_G - 1) // BLOCK_G,)](codes.contiguous(), scales.contiguous(), out, n_groups,
-                                                       BLOCK_G=BLOCK_G)
+        block = group_block(n_groups, codes.device, BLOCK_G)
+        kernel[(-(-n_groups // block),)](codes.contiguous(), scales.contiguous(), out, n_groups, BLOCK_G=block)
     return out

@@ -8,7 +8,7 @@ import torch
 from kernels.mxfp4 import mxfp4_dequantize, mxfp4_dequantize_reference, mxfp4_quantize, mxfp4_quantize_reference
 from polestar.quant import get_format
 
-SHAPES = [(0, 32), (1, 32), (3, 96), (29, 160)]
+SHAPES = [(0, 32), (1, 32), (3, 96), (29, 160), (600, 256)]  # the last: 4,800 groups, two interpreter programs
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
