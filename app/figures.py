@@ -100,7 +100,8 @@ def token_canvas(rec: RunRecord, t: int | None = None, selected: int | None = No
     steps, conf = rec.commit_info()
     rows = rec.gen_length // b
     z = reasons.reshape(rows, b).astype(np.float32)
-    text = np.array([_display(rec, int(tok)) if r else "·" for tok, r in zip(canvas, reasons)]).reshape(rows, b)
+    text = np.array([_cell_label(_display(rec, int(tok))) if r else "·"
+                     for tok, r in zip(canvas, reasons)]).reshape(rows, b)
     # the probe's drift at this step, last layer (KL of the position's attention against the previous step)
     drift = rec.drift[t - 1][-1] if rec.drift and 0 < t <= len(rec.drift) else None
     hover = np.array([
@@ -311,6 +312,12 @@ def at_the_end(*names: str) -> list[go.Figure]:
                 annotations=[dict(text="drawn when the run ends", showarrow=False, x=0.5, y=0.5, xref="paper",
                                   yref="paper")]))
     return [_WAITING[name] for name in names]
+
+
+def _cell_label(label: str, width: int = 3) -> str:
+    """A canvas cell's label: a word token longer than a cell holds shortened with an ellipsis (the hover names it
+    whole), so neighbouring labels do not run into each other."""
+    return label if len(label) <= width else label[: width - 1] + "…"
 
 
 def _display(rec: RunRecord, token: int) -> str:
