@@ -81,7 +81,7 @@ def markdown(rows: list[dict], n: int, suite: str, gen_length: int, threads: int
              f"--repeats {repeats}` ({n} held-out `{suite}` examples, generation {gen_length}, block 32, each "
              f"decoded {repeats}× per method, the methods taking turns). Times are inclusive wall time "
              f"per forward (ms), device-synchronised, {threads} torch thread(s) (polestar/threads.py){machine}; "
-             "indented rows are parts of the row above them.", "",
+             "indented rows are parts of the row above them (the step's packet work split into its parts).", "",
              "| section | " + " | ".join(r["method"] for r in rows) + " |", "|---|" + "---|" * len(rows)]
     names = []
     for r in rows:
@@ -92,7 +92,10 @@ def markdown(rows: list[dict], n: int, suite: str, gen_length: int, threads: int
         for r in rows:
             seconds = r["wall_s"] if name == "decode total" else r["sections"].get(name)
             cells.append("—" if seconds is None else f"{1e3 * seconds / r['nfe']:.2f}")
-        label = name if name in ("decode total", "forward (cache policy)", "propose + commit") else f"  ↳ {name}"
+        if name in ("decode total", "forward (cache policy)", "propose + commit"):
+            label = name
+        else:  # "parent › part": a part of the row above, one level further in
+            label = f"    ↳ {name.split(' › ')[-1]}" if " › " in name else f"  ↳ {name}"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("| rows a layer runs per forward (entry, block or windowed pass + update packets) | "
                  + " | ".join(f"{r['layer_rows']:.1f}" for r in rows) + " |")

@@ -153,8 +153,9 @@ class PolestarCache(CachePolicy):
         labels = torch.empty(inputs.shape[:2], dtype=torch.long, device=inputs.device)
         centroids, counts, offset = [], [], 0
         for column, (part, k, _) in enumerate(parts):
-            part_labels, part_centroids, part_counts = spherical_kmeans(
-                inputs[:, part], k, self.cfg.polestar_kmeans_iters, first[:, column])
+            with profiling.section("entry: cluster + quantize + reference › k-means"):
+                part_labels, part_centroids, part_counts = spherical_kmeans(
+                    inputs[:, part], k, self.cfg.polestar_kmeans_iters, first[:, column])
             labels[:, part] = part_labels + offset
             centroids.append(part_centroids)
             counts.append(part_counts)
@@ -162,8 +163,10 @@ class PolestarCache(CachePolicy):
         centroids, counts = torch.cat(centroids, dim=1), torch.cat(counts, dim=1)  # [layers, K, d], [layers, K]
         windows = []
         for layer, h in enumerate(entry.window_inputs):
-            store = RowStore(self.fmt, h.float(), centroids[layer], labels[layer], offload=self.offload)
-            reference, _ = proxy_drift(self.model, layer, centroids[layer], self.cache, None, self.cfg.impl)
+            with profiling.section("entry: cluster + quantize + reference › quantize"):
+                store = RowStore(self.fmt, h.float(), centroids[layer], labels[layer], offload=self.offload)
+            with profiling.section("entry: cluster + quantize + reference › proxy reference"):
+                reference, _ = proxy_drift(self.model, layer, centroids[layer], self.cache, None, self.cfg.impl)
             windows.append(LayerWindow(positions, labels[layer], centroids[layer], counts[layer], store, reference))
         return windows
 
@@ -217,8 +220,9 @@ class PolestarCache(CachePolicy):
                 fetched_next = self.windows[index + 1].store.prefetch(members) if index + 1 < n_layers else None
                 positions = win.positions[members]
                 h_in = win.store.get(members, fetched).to(model.dtype).unsqueeze(0)
-                packet = (members, model.layer(index, h_in, positions, self.cache, write=False).hidden,
-                          fetched_next)
+                with profiling.section("step: select + fetch + packet › packet layer"):
+                    packet = (members, model.layer(index, h_in, positions, self.cache, write=False).hidden,
+                              fetched_next)
             selected.append(chosen)  # read on the host after the last layer: no sync here
             refreshed.append(positions)
             if cfg.polestar_drift_reference == DriftReference.LAST_REFRESH:
@@ -265,10 +269,12 @@ class PolestarCache(CachePolicy):
         labels = win.labels[members]
         shift = torch.zeros_like(win.centroids).index_add_(0, labels, new - old)
         win.centroids += shift / win.counts.clamp_min(1).unsqueeze(-1).to(shift.dtype)
-        win.store.set(members, new, win.centroids, labels)
-        positions = win.positions[members]
-        k, v = self.model.kv_rows(index, new_h, positions)
-        self.cache.write(index, positions, k, v)
+        with profiling.section("step: consume packet › re-quantize"):
+            win.store.set(members, new, win.centroids, labels)
+        with profiling.section("step: consume packet › K/V rows"):
+            positions = win.positions[members]
+            k, v = self.model.kv_rows(index, new_h, positions)
+            self.cache.write(index, positions, k, v)
 
     def _token_drift(self, view: StepView, attn: torch.Tensor, rows: torch.Tensor):
         """(δ, Δ) per target [1, n]: δ = final-layer attention KL against the previous forward, read on the
