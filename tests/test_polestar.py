@@ -178,8 +178,11 @@ def test_profiling_sections_break_down_a_polestar_step(tiny):
     for name in ("forward (cache policy)", "propose + commit", "entry: forward", "step: block layer",
                  "step: proxy attention + drift", "step: select + fetch + packet"):
         assert times[name] > 0, name
-    parts = sum(v for k, v in times.items() if k.startswith(("entry:", "step:")))
+    parts = sum(v for k, v in times.items() if k.startswith(("entry:", "step:")) and " › " not in k)
     assert parts <= times["forward (cache policy)"] * 1.001  # nested sections are parts of the forward
+    for parent in ("entry: cluster + quantize + reference", "step: consume packet", "step: select + fetch + packet"):
+        sub = [v for k, v in times.items() if k.startswith(parent + " › ")]  # "parent › part": parts of a part
+        assert sub and sum(sub) <= times[parent] * 1.001, parent
     assert times["forward (cache policy)"] + times["propose + commit"] <= profiled.wall_s * 1.001
     with profiling.section("outside"):
         pass
