@@ -429,6 +429,10 @@ def test_sort_successor_probe_masks_from_each_number_on_and_scores_each_kind():
     assert scores["n"] == n and scores["next_number"] == 1 and scores["units_given_tens"] == 0
     assert scores["next_number_count"] == sum(len(ex.target.split()) for ex in sorts)
     assert scores["units_given_tens_count"] == sum(len(x) >= 2 for ex in sorts for x in ex.target.split())
+    by_items = scores["next_number_by_items"]  # the same probes, binned by the sort's length
+    assert sum(count for _, count in by_items.values()) == scores["next_number_count"]
+    assert all(share == 1 for share, count in by_items.values() if count)
+    assert all(share == 0 for share, count in scores["units_given_tens_by_items"].values() if count)
 
 
 def test_order_rows_unmask_a_share_of_one_block_most_confident_first():

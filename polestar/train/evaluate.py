@@ -179,12 +179,18 @@ def sort_successor(model, n: int, seed: int, gen_length: int = 256) -> dict:
     on masked (the canvas a left-to-right decode writes that number in; where the answer ends is hidden too), the
     share of numbers whose first token the argmax gets right (`next_number`: which prompt number comes next), and,
     with the number's tens digit shown as well, the share of units digits right (`units_given_tens`: which of the
-    prompt's numbers with that tens digit). One forward per example (its probes are the rows of a batch)."""
+    prompt's numbers with that tens digit). One forward per example (its probes are the rows of a batch). Both
+    shares are also given by the sort's length (`*_by_items`: 4–9, 10–18 and 19–32 numbers, the bins the model card
+    counts whole decodes in)."""
     tok = model.tokenizer
     sorts = [ex for ex in tasks.make("lists", 20 * n, seed)
              if tasks.lists.operation(ex.prompt) == "sort" and ex.target.split()[0].isdigit()][:n]
     tally = {"next_number": [0, 0], "units_given_tens": [0, 0]}
+    bins = ((4, 9), (10, 18), (19, 32))
+    by_items = {(kind, lo): [0, 0] for kind in tally for lo, _ in bins}
     for ex in sorts:
+        n_items = len(ex.answer.split())
+        lo = next(lo for lo, hi in bins if n_items <= hi)
         prompt = chat_prompt_ids(tok, ex.prompt)
         enc = tok(ex.answer, add_special_tokens=False, return_offsets_mapping=True)
         truth = torch.tensor(prompt + enc.input_ids + [model.eos_id] * (gen_length - len(enc.input_ids)))
@@ -200,11 +206,14 @@ def sort_successor(model, n: int, seed: int, gen_length: int = 256) -> dict:
         rows = torch.tensor([len(prompt) + j for j, _ in probes])
         guess = model(canvas.to(model.device))[torch.arange(len(probes)), rows].argmax(-1).cpu()
         for (_, kind), right in zip(probes, (guess == truth[rows]).tolist()):
-            tally[kind][0] += right
-            tally[kind][1] += 1
+            for counts in (tally[kind], by_items[kind, lo]):
+                counts[0] += right
+                counts[1] += 1
     return {"probe": "sort_successor", "n": len(sorts), "seed": seed,
             **{kind: round(right / max(1, total), 4) for kind, (right, total) in tally.items()},
-            **{f"{kind}_count": total for kind, (_, total) in tally.items()}}
+            **{f"{kind}_count": total for kind, (_, total) in tally.items()},
+            **{f"{kind}_by_items": {f"{lo}-{hi}": [round(by_items[kind, lo][0] / max(1, by_items[kind, lo][1]), 4),
+                                                   by_items[kind, lo][1]] for lo, hi in bins} for kind in tally}}
 
 
 def main() -> None:
