@@ -29,6 +29,7 @@ import torch
 
 import polestar
 from kernels.proxy_kl import PROB_FLOOR
+from polestar.config import resolve
 from polestar.tasks import make
 
 EPS32 = torch.finfo(torch.float32).eps
@@ -100,7 +101,7 @@ def test_triton_decode_matches_torch_up_to_kl_rounding(device):
     runs = {impl: polestar.generate(model, example.prompt, "polestar", gen_length=gen_length, impl=impl, trace=True)
             for impl in ("torch", "triton")}
     ref, got = runs["torch"].trace, runs["triton"].trace
-    cfg = polestar.config.resolve("polestar", gen_length=gen_length)
+    cfg = resolve("polestar", gen_length=gen_length)
     tol = kl_bound(ref.prompt_len + gen_length)
     # the comparison is not vacuous: the decode refreshed, measured drift and ran the drift gate
     assert any(e.extra.get("refresh") for e in ref.events)
@@ -111,3 +112,30 @@ def test_triton_decode_matches_torch_up_to_kl_rounding(device):
     else:
         reason = near_tie(ref.events[step], got.events[step], cfg, tol)
         assert reason is not None, f"step {step}: the decodes chose differently with no KL near-tie to explain it"
+
+
+def test_near_tie_accepts_only_choices_within_the_bound():
+    """The divergence rule on constructed steps: a different pick of clusters is explained only when the clusters
+    swapped drift less than the two decodes' error apart, a different commit only when its drift delta lies that
+    close to the gate (or to δ_max); anything else is a real difference."""
+    from polestar.trace import Commit, StepEvent
+
+    cfg = resolve("polestar")
+    tol = 1e-3
+
+    def event(picks, drift, commits=(), delta=(0.0,), gate=(1.0,)):
+        extra = {"selected_clusters": picks, "cluster_drift": drift, "targets": [40], "drift_delta": list(delta),
+                 "drift_gate": list(gate)}
+        return StepEvent(block=0, step=1, nfe=1, kind="refresh", rows=1,
+                         commits=[Commit(p, p - 30, 5, 0.8, "drift") for p in commits], refreshed_positions=[],
+                         refreshed_layers=[], ms=0.0, extra=extra)
+
+    drift = [[0.30, 0.2000, 0.2015, 0.10]]  # clusters 1 and 2 drift 1.5e-3 apart: within 2 tol
+    assert near_tie(event([[0, 1]], drift), event([[0, 2]], drift), cfg, tol)
+    far = [[0.30, 0.20, 0.15, 0.10]]
+    assert near_tie(event([[0, 1]], far), event([[0, 2]], far), cfg, tol) is None
+    at_gate = dict(delta=(1.0 + 3e-3,), gate=(1.0,))  # within 4 tol of the gate
+    assert near_tie(event([[0]], far, (40,), **at_gate), event([[0]], far, (), **at_gate), cfg, tol)
+    clear = dict(delta=(1.5,), gate=(1.0,))
+    assert near_tie(event([[0]], far, (40,), **clear), event([[0]], far, (), **clear), cfg, tol) is None
+    assert near_tie(event([[0]], far, (41,)), event([[0]], far, ()), cfg, tol) is None  # not a target at all
