@@ -83,6 +83,25 @@ def test_suffix_commits_land_and_are_aligned(tiny, monkeypatch):
     assert (out.canvas[0, suffix.position.tolist()] == torch.tensor(suffix.token.tolist())).all()
 
 
+def test_final_layer_packet_holds_only_rows_the_suffix_commit_reads(tiny):
+    """No layer follows the last, so its packet feeds only the suffix commit: it recomputes exactly the picked rows
+    that predict a still-masked suffix position (each one an extra target; Dream: the row one to the left), and
+    none with the suffix commit off. The earlier layers' packets are unchanged."""
+    base = dict(gen_length=32, block_length=8, tau_s=0.3, polestar_tau_upd=1, polestar_tau_suffix=1.0)
+    runs = {on: decode(tiny, torch.tensor(PROMPT), resolve("polestar", polestar_suffix_commit=on, **base), trace=True)
+            for on in (True, False)}
+    last = {on: [e.extra["refreshed_per_layer"][-1] for e in out.trace.events if e.extra.get("refreshed_per_layer")]
+            for on, out in runs.items()}
+    assert last[True] and any(last[True]) and not any(last[False])
+    for event in runs[True].trace.events:
+        if event.extra.get("refreshed_per_layer"):  # τ_suffix 1: every suffix target traced, none committed
+            assert len(event.extra.get("extra_confidence", [])) == event.extra["refreshed_per_layer"][-1]
+    assert torch.equal(runs[True].canvas, runs[False].canvas)  # nothing committed from the suffix at τ_suffix 1
+    earlier = {on: [e.extra["refreshed_per_layer"][:-1] for e in out.trace.events if e.extra.get("refreshed_per_layer")]
+               for on, out in runs.items()}
+    assert earlier[True] == earlier[False]
+
+
 def test_drift_commit_rule_on_hand_built_values():
     policy = DriftCommitPolicy(tau_s=0.9, alpha=10.0, tau_early=0.7, delta_max=2.0)
     conf = torch.tensor([[0.8, 0.8, 0.8, 0.65, 0.95, 0.75]], dtype=torch.float64)

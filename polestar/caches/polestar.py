@@ -215,14 +215,18 @@ class PolestarCache(CachePolicy):
                 k = cfg.polestar_refresh_clusters_last if index == n_layers - 1 else cfg.polestar_refresh_clusters
                 chosen = drift.topk(min(k, len(drift))).indices
                 members = torch.isin(win.labels, chosen).nonzero().flatten()
-                # the members are refreshed here and consumed by the next layer: fetch both layers' rows now
-                fetched = win.store.prefetch(members)
-                fetched_next = self.windows[index + 1].store.prefetch(members) if index + 1 < n_layers else None
-                positions = win.positions[members]
-                h_in = win.store.get(members, fetched).to(model.dtype).unsqueeze(0)
-                with profiling.section("step: select + fetch + packet › packet layer"):
-                    packet = (members, model.layer(index, h_in, positions, self.cache, write=False).hidden,
-                              fetched_next)
+                if index == n_layers - 1:  # no next layer takes this packet: only the suffix commit reads it
+                    members = (members[self._suffix_targets(view, win.positions[members])]
+                               if cfg.polestar_suffix_commit else members[:0])
+                positions, packet = win.positions[members], None
+                if len(members):
+                    # refreshed here and consumed by the next layer: fetch both layers' rows now
+                    fetched = win.store.prefetch(members)
+                    fetched_next = self.windows[index + 1].store.prefetch(members) if index + 1 < n_layers else None
+                    h_in = win.store.get(members, fetched).to(model.dtype).unsqueeze(0)
+                    with profiling.section("step: select + fetch + packet › packet layer"):
+                        packet = (members, model.layer(index, h_in, positions, self.cache, write=False).hidden,
+                                  fetched_next)
             selected.append(chosen)  # read on the host after the last layer: no sync here
             refreshed.append(positions)
             if cfg.polestar_drift_reference == DriftReference.LAST_REFRESH:
@@ -287,16 +291,18 @@ class PolestarCache(CachePolicy):
         index = torch.searchsorted(rows, self.model.predicting_rows(view.targets))
         return drift_rows[index].unsqueeze(0).double(), (drift_rows - baseline)[index].unsqueeze(0).double()
 
-    def _suffix(self, view: StepView, result: Pass, win: LayerWindow, members: torch.Tensor,
-                new_h: torch.Tensor) -> None:
-        """Suffix-window positions predicted by the final layer's packet rows that are still masked."""
-        rows = win.positions[members]
+    def _suffix_targets(self, view: StepView, rows: torch.Tensor) -> torch.Tensor:
+        """Which of the window positions `rows` predict a still-masked position of the suffix window (bool)."""
         predicted = rows + self.model.logit_shift
         hi = view.block_end + self.cfg.polestar_window_suffix * self.cfg.block_length
         keep = (predicted >= view.block_end) & (predicted < min(hi, view.canvas.shape[1]))
-        keep &= view.canvas[0, predicted.clamp(max=view.canvas.shape[1] - 1)] == self.model.mask_id
-        if keep.any():
-            result.extra_targets = ExtraTargets(predicted[keep], self.model.head(new_h[:, keep]))
+        return keep & (view.canvas[0, predicted.clamp(max=view.canvas.shape[1] - 1)] == self.model.mask_id)
+
+    def _suffix(self, view: StepView, result: Pass, win: LayerWindow, members: torch.Tensor,
+                new_h: torch.Tensor) -> None:
+        """The final layer's packet rows (each predicting a still-masked suffix position) as extra targets."""
+        predicted = win.positions[members] + self.model.logit_shift
+        result.extra_targets = ExtraTargets(predicted, self.model.head(new_h))
 
     def observe(self, view: StepView, logits: torch.Tensor, committed: torch.Tensor) -> None:
         n = int(committed.sum())
