@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.nvfp4 import group_block, nvfp4_dequantize_reference, nvfp4_dequantize_torch, resolve_impl
+from kernels.nvfp4 import cdiv, nvfp4_dequantize_reference, nvfp4_dequantize_torch, program_block, resolve_impl
 
 
 def gather_dequantize_reference(codes, scales, tensor_scale, anchors, anchor_index, rows) -> torch.Tensor:
@@ -31,8 +31,8 @@ def gather_dequantize(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: t
     if n_out_groups:
         from kernels._nvfp4_triton import _nvfp4_gather_dequantize_kernel
 
-        block = group_block(n_out_groups, codes.device)
-        _nvfp4_gather_dequantize_kernel[(-(-n_out_groups // block),)](
+        block = program_block(n_out_groups, codes.device)
+        _nvfp4_gather_dequantize_kernel[(cdiv(n_out_groups, block),)](
             codes.contiguous(), scales.contiguous(), anchors.float().contiguous(), anchor_index.contiguous(),
             rows.contiguous(), out, float(tensor_scale), n_out_groups, groups_per_row, channels, BLOCK_G=block,
             # no fused multiply-add: the product is rounded before the anchor add, as in the torch reference (with

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.nvfp4 import group_block, resolve_impl, e2m1_decode_reference, e2m1_encode_reference
+from kernels.nvfp4 import cdiv, program_block, resolve_impl, e2m1_decode_reference, e2m1_encode_reference
 
 GROUP = 32
 BLOCK_G = 32  # groups per program on a GPU: 1,024 values
@@ -55,8 +55,8 @@ def mxfp4_quantize(x: torch.Tensor, impl: str = "auto") -> tuple[torch.Tensor, t
     scales = torch.empty(rows, x.shape[1] // GROUP, dtype=torch.uint8, device=x.device)
     if n_groups:
         kernel, _ = _compiled()
-        block = group_block(n_groups, x.device, BLOCK_G)
-        kernel[(-(-n_groups // block),)](x.contiguous(), codes, scales, n_groups, BLOCK_G=block)
+        block = program_block(n_groups, x.device, BLOCK_G)
+        kernel[(cdiv(n_groups, block),)](x.contiguous(), codes, scales, n_groups, BLOCK_G=block)
     return codes, scales
 
 
@@ -67,6 +67,6 @@ def mxfp4_dequantize(codes: torch.Tensor, scales: torch.Tensor, impl: str = "aut
     out = torch.empty(rows, codes.shape[1] * 2, dtype=torch.float32, device=codes.device)
     if n_groups:
         _, kernel = _compiled()
-        block = group_block(n_groups, codes.device, BLOCK_G)
-        kernel[(-(-n_groups // block),)](codes.contiguous(), scales.contiguous(), out, n_groups, BLOCK_G=block)
+        block = program_block(n_groups, codes.device, BLOCK_G)
+        kernel[(cdiv(n_groups, block),)](codes.contiguous(), scales.contiguous(), out, n_groups, BLOCK_G=block)
     return out

@@ -106,11 +106,20 @@ _COMPILED = None
 BLOCK_G = 64  # groups per program on a GPU: 1,024 values, one program per 4 KB of fp32 input
 
 
-def group_block(n_groups: int, device: torch.device, gpu_block: int = BLOCK_G) -> int:
-    """Groups per program: `gpu_block` on a GPU; in the interpreter every group of the call in one program (up to
-    4,096), since each program costs Python-level time whatever its size (a traced Polestar decode spent 86 of
-    187 s in 652 quantize programs of 64 groups)."""
-    return gpu_block if device.type == "cuda" else min(4096, max(16, 1 << max(0, n_groups - 1).bit_length()))
+def program_block(n: int, device: torch.device, gpu_block: int = BLOCK_G) -> int:
+    """Items (groups, keys) one program handles, shared by every kernel here: `gpu_block` on a GPU; in the
+    interpreter all `n` in one program (a power of two, 16 to 4,096), since each program, and each loop iteration
+    inside one, costs Python-level time whatever its size (a traced Polestar decode spent 86 of 187 s in 652
+    quantize programs of 64 groups)."""
+    return gpu_block if device.type == "cuda" else min(4096, max(16, next_pow2(n)))
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def _compiled():
@@ -154,8 +163,8 @@ def nvfp4_quantize(x: torch.Tensor, tensor_scale: torch.Tensor | None = None, im
     scales = torch.empty(rows, x.shape[1] // GROUP, dtype=torch.uint8, device=x.device)
     if n_groups:
         quantize_kernel, _ = _compiled()
-        block = group_block(n_groups, x.device)
-        quantize_kernel[(-(-n_groups // block),)](x.contiguous(), codes, scales, float(s), n_groups, BLOCK_G=block)
+        block = program_block(n_groups, x.device)
+        quantize_kernel[(cdiv(n_groups, block),)](x.contiguous(), codes, scales, float(s), n_groups, BLOCK_G=block)
     return codes, scales, s
 
 
@@ -168,7 +177,7 @@ def nvfp4_dequantize(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: to
     out = torch.empty(rows, codes.shape[1] * 2, dtype=torch.float32, device=codes.device)
     if n_groups:
         _, dequantize_kernel = _compiled()
-        block = group_block(n_groups, codes.device)
-        dequantize_kernel[(-(-n_groups // block),)](codes.contiguous(), scales.contiguous(), out, float(tensor_scale),
+        block = program_block(n_groups, codes.device)
+        dequantize_kernel[(cdiv(n_groups, block),)](codes.contiguous(), scales.contiguous(), out, float(tensor_scale),
                                                     n_groups, BLOCK_G=block)
     return out

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.nvfp4 import resolve_impl
+from kernels.nvfp4 import cdiv, next_pow2, program_block, resolve_impl
 
 PROB_FLOOR = 1e-12
 
@@ -78,22 +78,9 @@ def proxy_attention_kl(q: torch.Tensor, k: torch.Tensor, ref: torch.Tensor, scal
         valid = (torch.ones(length, dtype=torch.int8, device=q.device) if key_padding is None
                  else (~key_padding).to(torch.int8))
         block_h = 1 if q.device.type == "cuda" else next_pow2(heads)
-        _proxy_kl_kernel[(n_clusters, triton_cdiv(heads, block_h))](
+        # key tiles of 64 on a GPU: register pressure with D up to 128
+        _proxy_kl_kernel[(n_clusters, cdiv(heads, block_h))](
             q.contiguous(), k.contiguous(), ref.float().contiguous(), valid, probs, kl, float(scale), length, dim,
-            heads, heads // k.shape[0], PROB_FLOOR, BLOCK_H=block_h, BLOCK_L=block_length(length, q.device),
+            heads, heads // k.shape[0], PROB_FLOOR, BLOCK_H=block_h, BLOCK_L=program_block(length, q.device, 64),
             BLOCK_D=max(16, next_pow2(dim)))
     return probs, kl.clamp_min(0).mean(-1)
-
-
-def block_length(length: int, device: torch.device) -> int:
-    """Key tile: 64 on a GPU (register pressure with D up to 128); the whole row in the interpreter, where
-    each loop iteration costs Python-level time and large tiles are free."""
-    return 64 if device.type == "cuda" else min(4096, max(16, next_pow2(length)))
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def next_pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.nvfp4 import resolve_impl
-from kernels.proxy_kl import PROB_FLOOR, block_length, kl_clamped, next_pow2
+from kernels.nvfp4 import next_pow2, program_block, resolve_impl
+from kernels.proxy_kl import PROB_FLOOR, kl_clamped
 
 
 def token_drift_kl_reference(now: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
@@ -40,5 +40,5 @@ def token_drift_kl(now: torch.Tensor, ref: torch.Tensor, impl: str = "auto") -> 
 
         _token_kl_kernel[(rows,)](
             now, ref, kl, now.stride(0), now.stride(1), ref.stride(0), ref.stride(1), length, heads, PROB_FLOOR,
-            BLOCK_H=next_pow2(heads), BLOCK_L=block_length(length, now.device))
+            BLOCK_H=next_pow2(heads), BLOCK_L=program_block(length, now.device, 64))
     return kl.clamp_min(0).mean(-1)

@@ -9,7 +9,7 @@ from kernels.gather_dequant import gather_dequantize, gather_dequantize_referenc
 from kernels.nvfp4 import nvfp4_quantize
 
 
-# (300, 256, 300): 4,800 output groups, more than one interpreter program holds (kernels.nvfp4.group_block)
+# (300, 256, 300): 4,800 output groups, more than one interpreter program holds (kernels.nvfp4.program_block)
 @pytest.mark.parametrize("n,channels,m", [(1, 16, 1), (23, 48, 7), (40, 256, 0), (40, 256, 40), (300, 256, 300)])
 def test_matches_reference(n, channels, m):
     g = torch.Generator().manual_seed(n + m)

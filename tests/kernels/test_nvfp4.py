@@ -16,7 +16,7 @@ from kernels.nvfp4 import (
 )
 from polestar.quant import get_format
 
-# (300, 256): 4,800 groups, more than one interpreter program holds (kernels.nvfp4.group_block), the last partial
+# (300, 256): 4,800 groups, more than one interpreter program holds (kernels.nvfp4.program_block), the last partial
 SHAPES = [(0, 16), (1, 16), (3, 48), (37, 144), (5, 2000 - 2000 % 16), (300, 256)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
