@@ -175,6 +175,49 @@ def fig7(d: dict) -> str:
             + _verdict(checks_w))
 
 
+def fig9(d: dict) -> str:
+    s, panels, n = d["settings"], d["panels"], d["settings"]["n"]
+    blocks, hist, alpha = panels["(a) block size B"], panels["(b) drift history h"], panels["(c) drift gate α"]
+    suffix, last = panels["(d) suffix threshold τ_suffix"], panels["(e) top-k at the final layer"]
+
+    def loses(panel: dict, low: str, ref: str) -> tuple[str, bool | None]:
+        return (f"{low} loses accuracy against {ref} ({pct(panel[low]['accuracy'])} against "
+                f"{pct(panel[ref]['accuracy'])})", _acc(panel, n, panel[low]["accuracy"] < panel[ref]["accuracy"]))
+
+    def raises(panel: dict, low: str, ref: str) -> tuple[str, bool]:
+        return (f"{low} raises TPF over {ref} ({panel[low]['tpf']:.2f} against {panel[ref]['tpf']:.2f})",
+                panel[low]["tpf"] > panel[ref]["tpf"])
+
+    sections = [
+        ("(a) block size B", "B = 64 raises TPF and TPS but drops accuracy to 75.1 %; B = 16 re-enters blocks more "
+         "often and loses throughput; B = 32 is the best trade.", blocks,
+         [raises(blocks, "B=64", "B=32"), loses(blocks, "B=64", "B=32"),
+          ("B=16 is slower than B=32", blocks["B=16"]["tps"] < blocks["B=32"]["tps"])]
+         if {"B=16", "B=64"} <= set(blocks) else []),
+        ("(b) drift history h", "raw drift (h = 0) raises TPF and TPS but drops accuracy to 76.91 %; longer histories "
+         "are safer and slower; h = 5 is the default.", hist, [raises(hist, "h=0", "h=5"), loses(hist, "h=0", "h=5")]),
+        ("(c) drift gate α", "α = 2.5 reaches high TPF but drops accuracy to 73.4 %; larger α is safer and slower; "
+         "α = 10 is the default.", alpha, [raises(alpha, "α=2.5", "α=10"), loses(alpha, "α=2.5", "α=10")]),
+        ("(d) suffix threshold τ_suffix", "τ_suffix = 0.85 raises TPF but drops accuracy to 76.4 %; 0.95 keeps "
+         "accuracy at lower TPF; 0.9 is the default.", suffix,
+         [raises(suffix, "τ_suffix=0.85", "τ_suffix=0.9"), loses(suffix, "τ_suffix=0.85", "τ_suffix=0.9"),
+          ("τ_suffix=0.95 lowers TPF against 0.9", suffix["τ_suffix=0.95"]["tpf"] < suffix["τ_suffix=0.9"]["tpf"]),
+          ("τ_suffix=0.95 keeps at least 0.9's accuracy",
+           _acc(suffix, n, suffix["τ_suffix=0.95"]["accuracy"] >= suffix["τ_suffix=0.9"]["accuracy"]))]),
+    ]
+    out = [f"## Fig 9: block size, drift history, drift gate, suffix threshold\n\n- Paper: the defaults reach 78.33 % "
+           f"(App. D.8); each panel's claim is under it.\n- Command: {_cmd('fig9_hyperparameters', s)}; "
+           f"{_settings(s)}. TPS ratios are within each panel, over its reference row (the default).\n"]
+    for title, claim, panel, checks in sections:
+        out.append(f"### Fig 9{title[1]}: {title[4:]}\n\n- Paper: {claim}\n\n" + _ablation_rows(panel) + "\n"
+                   + _vacuous(panel, n) + (_verdict(checks) if checks else "No check: a setting is missing.\n"))
+    out.append("### Top-k at the final layer (not in the paper's figures)\n\n- The paper's Table 5 refreshes the top 4 "
+               "clusters at every layer; its public code refreshes 1 at the final layer, whose packet only feeds the "
+               "suffix commit (docs/deviations.md). Shown for the record, no claim to check.\n\n"
+               + _ablation_rows(last))
+    return "\n".join(out)
+
+
 def fig8(d: dict) -> str:
     s, med = d["settings"], d["median_drift"]
     checks = [(f"steps committing 4+ tokens drift more than one-token steps (median {med['4+']:.3g} against "
@@ -260,9 +303,45 @@ def drift_gate(d: dict) -> str:
             + "\n".join(rows) + "\n\n" + _verdict(checks))
 
 
+def suffix_commits(d: dict) -> str:
+    s, share, tau = d["settings"], d["agreement_share"], d["tau_suffix"]
+    same = share["same token, fresh ≥ τ_suffix"]
+    suffix, threshold = d["suffix_digits"], d["threshold_digits"]
+
+    def cell(v: dict) -> str:
+        return f"{pct(v['wrong_rate'])} of {v['n']:,}" if v["n"] else "–"
+
+    groups = {"threshold commits": threshold, "suffix commits": suffix,
+              **{f"suffix, {k}": v for k, v in d["suffix_digits_by_order"].items()},
+              **{f"suffix, fresh forward: {k}": v for k, v in d["suffix_digits_by_agreement"].items()}}
+    by_kind = d["suffix_digits_by_agreement"]
+    sure, stale = by_kind["same token, fresh ≥ τ_suffix"]["wrong"], sum(
+        v["wrong"] for k, v in by_kind.items() if k != "same token, fresh ≥ τ_suffix")
+    split = (f"Of the {suffix['wrong']:,} wrong suffix digits, {sure:,} are the token a fresh forward also gives at "
+             f"≥ τ_suffix (the model's own confident mistake) and {stale:,} are where the packet's token or confidence "
+             f"differs from the fresh forward's (the packet's staleness).")
+    rows = ["| computed digits committed by | wrong |", "|---|---|"]
+    rows += [f"| {k} | {cell(v)} |" for k, v in groups.items()]
+    checks = [(f"the packet says what a fresh full forward says: the same token at ≥ τ_suffix for ≥ 90 % of content "
+               f"suffix commits ({pct(same)})", None if same is None else same >= 0.9),
+              (f"confidence ≥ τ_suffix makes a suffix digit safe: wrong at most 1.5× as often as a threshold commit's "
+               f"in the same decodes ({cell(suffix)} against {cell(threshold)})",
+               None if None in (suffix["wrong_rate"], threshold["wrong_rate"])
+               else suffix["wrong_rate"] <= 1.5 * threshold["wrong_rate"])]
+    return ("## Suffix commits: a stale packet, or a sure model?\n\n- Paper: drift makes a suffix position eligible "
+            f"and a packet confidence ≥ τ_suffix ({tau:g}) makes it safe to commit (§4.2); in Table 4 suffix commits "
+            "cost 0.24 points.\n- Ours: Polestar with its defaults; each content (non-EOS) suffix commit's packet "
+            "token against a fresh full forward over the canvas the packet saw, and each computed digit a suffix "
+            f"commit wrote judged as in the commit-reliability section; {_settings(s)}. {d['per_example']:.1f} content "
+            f"suffix commits per example; accuracy {pct(d['accuracy'])}.\n- Command: `python -m "
+            f"analysis.suffix_commits --n {s['n']} --gen-length {s['gen_length']}`\n\n" + "\n".join(rows) + "\n\n"
+            + split + "\n\n" + _verdict(checks))
+
+
 SECTIONS = (("fig3_drift_staleness", fig3), ("fig4_drift_heatmap", fig4), ("fig6a_selection", fig6a),
             ("fig6_ablations", fig6), ("fig7_window", fig7), ("fig8_multitoken_drift", fig8),
-            ("commit_reliability", commit_reliability), ("drift_gate", drift_gate))
+            ("fig9_hyperparameters", fig9), ("commit_reliability", commit_reliability),
+            ("suffix_commits", suffix_commits), ("drift_gate", drift_gate))
 
 
 # The paper's rows (LLaDA-8B-Instruct, GSM8K, generation 256): accuracy %, TPF, TPS ratio to Fast-dLLM (Table 4)

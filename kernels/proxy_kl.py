@@ -15,7 +15,7 @@ order deterministic.
 Hardware: any CUDA GPU with Triton 3.x, or the CPU interpreter (TRITON_INTERPRET=1 before import).
 
 Public entry: `proxy_attention_kl(q, k, ref, scale, key_padding=None, impl="auto")`;
-`proxy_attention_kl_reference` is the torch version.
+`proxy_attention_kl_reference` is the torch version, `proxy_attention_reference` its first half (probs only).
 """
 
 from __future__ import annotations
@@ -47,17 +47,24 @@ def kl_clamped(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return (p * (p.log() - q.log())).sum(-1)
 
 
-def proxy_attention_kl_reference(q: torch.Tensor, k: torch.Tensor, ref: torch.Tensor, scale: float,
-                                 key_padding: torch.Tensor | None = None):
-    """Readable torch version; computes in fp32, or in fp64 when given fp64 inputs (the tests' oracle)."""
-    _check(q, k, ref, key_padding)
+def proxy_attention_reference(q: torch.Tensor, k: torch.Tensor, scale: float,
+                              key_padding: torch.Tensor | None = None) -> torch.Tensor:
+    """The proxy distributions alone, probs [K, H, L] (fp32, or fp64 for fp64 inputs): what a block entry keeps as
+    the drift reference, with nothing yet to compare it against."""
     acc = torch.promote_types(q.dtype, torch.float32)
     keys = k.to(acc).repeat_interleave(q.shape[1] // k.shape[0], dim=0)  # [H, L, D]
     scores = torch.einsum("chd,hld->chl", q.to(acc), keys) * scale
     if key_padding is not None:
         scores = scores.masked_fill(key_padding, float("-inf"))
-    probs = scores.softmax(-1)
-    drift = kl_clamped(probs, ref.to(acc)).clamp_min(0).mean(-1)
+    return scores.softmax(-1)
+
+
+def proxy_attention_kl_reference(q: torch.Tensor, k: torch.Tensor, ref: torch.Tensor, scale: float,
+                                 key_padding: torch.Tensor | None = None):
+    """Readable torch version; computes in fp32, or in fp64 when given fp64 inputs (the tests' oracle)."""
+    _check(q, k, ref, key_padding)
+    probs = proxy_attention_reference(q, k, scale, key_padding)
+    drift = kl_clamped(probs, ref.to(probs.dtype)).clamp_min(0).mean(-1)
     return probs, drift
 
 

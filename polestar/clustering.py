@@ -59,18 +59,23 @@ def kl_drift(now: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
 
 def proxy_drift(model, layer: int, centroids: torch.Tensor, cache, reference: torch.Tensor | None,
-                impl: str = "torch") -> tuple[torch.Tensor, torch.Tensor]:
+                impl: str = "torch") -> tuple[torch.Tensor, torch.Tensor | None]:
     """Content-only attention of centroid queries over layer `layer`'s keys (rotated back to content only) and
     each centroid's KL drift against `reference`, in one fused pass (`kernels.proxy_kl`; `impl` picks the Triton
-    kernel or its torch reference). Returns (probs [K, heads, length] fp32, drift [K] fp32); with no reference
-    (block entry) the drift is against the uniform distribution and meaningless."""
-    from kernels.proxy_kl import proxy_attention_kl
+    kernel or its torch reference). Returns (probs [K, heads, length] fp32, drift [K] fp32). With no reference
+    (block entry) there is no drift: the torch path computes the probabilities alone and returns drift None; the
+    Triton kernel, which always compares, gets the uniform distribution and its drift is dropped."""
+    from kernels.nvfp4 import resolve_impl
+    from kernels.proxy_kl import proxy_attention_kl, proxy_attention_reference
 
-    q = model.project_q(layer, centroids.to(model.dtype).unsqueeze(0))  # [1, H, K, hd]
+    q = model.project_q(layer, centroids.to(model.dtype).unsqueeze(0))[0].transpose(0, 1)  # [K, H, hd]
     k, _ = cache.layer(layer)
-    k = model.rope.apply(k, cache.positions, inverse=True)
-    if reference is None:
-        reference = torch.full((q.shape[2], q.shape[1], cache.length), 1.0 / max(1, cache.length),
-                               device=q.device)
+    k = model.rope.apply(k, cache.positions, inverse=True)[0]
     padding = None if cache.key_padding is None else cache.key_padding[0]
-    return proxy_attention_kl(q[0].transpose(0, 1), k[0], reference, model.spec.head_dim ** -0.5, padding, impl)
+    scale = model.spec.head_dim ** -0.5
+    if reference is None:
+        if resolve_impl(impl, q.device) == "torch":
+            return proxy_attention_reference(q, k, scale, padding).float(), None
+        uniform = torch.full((q.shape[0], q.shape[1], cache.length), 1.0 / max(1, cache.length), device=q.device)
+        return proxy_attention_kl(q, k, uniform, scale, padding, impl)[0], None
+    return proxy_attention_kl(q, k, reference, scale, padding, impl)

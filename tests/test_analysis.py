@@ -9,6 +9,7 @@ import json
 import math
 
 import pytest
+import torch
 
 FIGURES = {
     "fig3_drift_staleness": {"panel", "bin", "mean_staleness", "count", "onset_step", "peak_drift_step", "gap"},
@@ -18,7 +19,9 @@ FIGURES = {
     "fig6_ablations": {"suite", "method", "correct", "nfe", "content_tokens", "wall_s", "drift_commits"},
     "fig7_window": {"suite", "method", "correct", "nfe", "content_tokens", "wall_s", "refresh_steps"},
     "fig8_multitoken_drift": {"step", "committed", "group", "local_drift"},
+    "fig9_hyperparameters": {"suite", "method", "correct", "nfe", "content_tokens", "wall_s", "suffix_commits"},
     "commit_reliability": {"config", "grouping", "group", "digits", "wrong", "wrong_rate"},
+    "suffix_commits": {"example", "nfe", "past_block_end", "packet_confidence", "fresh_confidence", "agreement"},
 }
 # extra runs of a script with a flag: output name -> (script, flags)
 VARIANTS = {"commit_reliability_samplers": ("commit_reliability", ["--samplers"])}
@@ -59,7 +62,7 @@ def test_findings_page_is_built_from_the_outputs(outputs, tmp_path):
     from analysis import findings
 
     page = findings.render(outputs, tables=tmp_path)
-    for name in ("Fig 3", "Fig 4", "Fig 6a", "Fig 6b", "Fig 7", "Fig 8", "Drift gate"):
+    for name in ("Fig 3", "Fig 4", "Fig 6a", "Fig 6b", "Fig 7", "Fig 8", "Fig 9", "Drift gate", "Suffix commits"):
         assert name in page
     assert "No output yet" not in page
     assert "verdict" in page.lower() and "n = 1" in page
@@ -262,3 +265,36 @@ def test_commit_order_reads_the_first_wrong_column_against_the_tokens_around_it(
     forward_of = list(range(len(pieces)))
     forward_of[col - 3] = len(pieces)
     assert commit_order(pieces, forward_of, col)["inputs_first"] is False
+
+
+def test_suffix_probe_reads_the_step_input_canvas_and_leaves_the_decode_alone():
+    """The fresh forward of `analysis.suffix_commits` sees the canvas the packet saw (the step's own commits masked
+    again, everything else as after the step), records every content suffix commit, and changes no token."""
+    import polestar
+    from analysis.suffix_commits import fresh_views
+    from polestar import tasks
+
+    model = polestar.load_model(polestar.DEFAULT_MODEL)
+    prompt = tasks.make("arith", 1, 0)[0].prompt
+    seen, on_step = fresh_views(model, 0.9)
+    inputs = []
+    forward = model.forward
+
+    def spy(event, canvas):
+        model.forward = lambda ids: inputs.append((ids.clone(), canvas.clone(), event)) or forward(ids)
+        try:
+            on_step(event, canvas)
+        finally:
+            del model.forward  # the class's method again
+
+    probed = polestar.generate(model, prompt, "polestar", gen_length=64, on_step=spy)
+    plain = polestar.generate(model, prompt, "polestar", gen_length=64)
+    assert probed.token_ids == plain.token_ids
+    suffix = {c.position for e in probed.trace.events for c in e.commits if c.reason == "suffix"}
+    assert suffix and set(seen) == suffix
+    for before, after, event in inputs:
+        committed = torch.tensor([c.position for c in event.commits])
+        assert (before[0, committed] == model.mask_id).all()
+        kept = torch.ones(after.shape[1], dtype=torch.bool)
+        kept[committed] = False
+        assert torch.equal(before[0, kept], after[0, kept])

@@ -278,3 +278,20 @@ def test_counters_match_the_trace(tiny):
                     forced_commits=int((commits.reason == "forced").sum()))
     assert plain.counters.as_dict() == traced.counters.as_dict() == expected
     assert all(expected[k] > 0 for k in ("refresh_steps", "drift_commits", "suffix_commits", "forced_commits"))
+
+
+def test_entry_reference_is_the_proxy_distribution_a_step_would_compare(tiny):
+    """At a block entry there is nothing to compare against: `proxy_drift` returns the proxy distributions alone
+    (drift None), the very probabilities a drift pass over the same cache computes, bit for bit."""
+    from polestar.clustering import proxy_drift
+
+    ids = torch.tensor(PROMPT)
+    cache = tiny.new_cache(1, ids.shape[1])
+    tiny.run(ids, cache)
+    centroids = torch.randn(5, tiny.spec.d_model, generator=torch.Generator().manual_seed(0))
+    for layer in range(tiny.spec.n_layers):
+        probs, drift = proxy_drift(tiny, layer, centroids, cache, None)
+        assert drift is None and probs.dtype == torch.float32
+        assert torch.allclose(probs.sum(-1), torch.ones(probs.shape[:2]), atol=1e-5)
+        again, drift = proxy_drift(tiny, layer, centroids, cache, probs)
+        assert torch.equal(again, probs) and drift.abs().max() <= 1e-6
