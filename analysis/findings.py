@@ -514,7 +514,22 @@ def render(figures: Path, tables: Path | None = None, model_path: str | None = N
     if missing:
         parts.append("## Not measured on the shipped weights yet\n\n" + ", ".join(missing)
                      + ": `python -m analysis.<table> compute --n 200 --gen-length 256`, then `plot`.\n")
-    return "\n".join(parts)
+    return "\n".join([parts[0], verdict_summary("\n".join(parts[1:])), *parts[1:]])
+
+
+def verdict_summary(page: str) -> str:
+    """The verdict of every section of `page`, in order, as one table (read from the sections themselves): the
+    nearest heading above each verdict line, the verdict, and how many checks hold."""
+    rows, heading = [], ""
+    for line in page.splitlines():
+        if line.startswith("## ") or line.startswith("### "):
+            heading = line.lstrip("#").strip()
+        elif line.startswith("**Verdict: "):
+            word, _, detail = line.removeprefix("**Verdict: ").partition("**")
+            rows.append(f"| {heading} | {word} | {detail.strip().strip('()')} |")
+    if not rows:
+        return ""
+    return "## Summary\n\n| section | verdict | checks |\n|---|---|---|\n" + "\n".join(rows) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:

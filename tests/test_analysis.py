@@ -66,6 +66,19 @@ def test_findings_page_is_built_from_the_outputs(outputs, tmp_path):
         assert name in page
     assert "No output yet" not in page
     assert "verdict" in page.lower() and "n = 1" in page
+    summary = page.split("## Summary\n\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    assert len(summary) == page.count("\n**Verdict: ") and "| Fig 9a: block size B |" in summary[9]
+
+
+def test_verdict_summary_reads_each_verdict_under_its_nearest_heading():
+    from analysis.findings import verdict_summary
+
+    page = ("## Fig 1: a\n\ntext\n\n**Verdict: partly** (1 of 2 checks hold)\n  - ✓ x\n\n## Fig 2: b\n\n### Fig 2a: c\n\n"
+            "**Verdict: not** (0 of 3 checks hold; 1 cannot be decided here)\n\n## Table: d\n\nno verdict\n")
+    assert verdict_summary(page).splitlines()[4:] == [
+        "| Fig 1: a | partly | 1 of 2 checks hold |",
+        "| Fig 2a: c | not | 0 of 3 checks hold; 1 cannot be decided here |"]
+    assert verdict_summary("## nothing\n") == ""
 
 
 def test_findings_never_presents_a_figure_of_other_weights(outputs, tmp_path):
