@@ -1,7 +1,8 @@
 """Shared step of the ablation figures (Fig 6b–d, Fig 7): decode held-out examples with a grid of labelled configs
 through `polestar.bench.run_bench` (methods interleaved per example, so machine noise hits all alike), summarise
-per label (accuracy, TPF, NFE, TPS, Polestar's counters, speed-up over the panel's reference), and plot the TPS
-ratio against TPF per panel, each point labelled with its setting and accuracy."""
+per label (accuracy, TPF, NFE, TPS, Polestar's counters, speed-up over the panel's reference, and each example's
+right/wrong in example order, so that `analysis.findings` can compare accuracies pairwise), and plot the TPS ratio
+against TPF per panel, each point labelled with its setting and accuracy."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def run(args, model, panels: dict[str, dict[str, DecodeConfig]], reference: dict
     rows = bench.run_bench(model, [args.task], args.n, configs, seed=0, progress=False)
     table = bench.summarise(rows, methods=list(configs))
     by = {r["method"]: r for r in table}
+    correct = {m: [int(r["correct"]) for r in sorted((r for r in rows if r["method"] == m),
+                                                      key=lambda r: (r["suite"], r["example"]))] for m in configs}
     summary = {}
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(panels))
     for col, (panel, grid) in enumerate(panels.items(), start=1):
@@ -29,7 +32,8 @@ def run(args, model, panels: dict[str, dict[str, DecodeConfig]], reference: dict
             r = by[f"{panel} | {label}"]
             summary[panel][label] = {"accuracy": r["accuracy"], "tpf": r["tpf"], "nfe": r["nfe"], "tps": r["tps"],
                                      "speedup": r["tps"] / base["tps"], "refresh_steps": r["refresh_steps"],
-                                     "drift_commits": r["drift_commits"], "suffix_commits": r["suffix_commits"]}
+                                     "drift_commits": r["drift_commits"], "suffix_commits": r["suffix_commits"],
+                                     "correct": correct[f"{panel} | {label}"]}
         labels = list(grid)
         fig.add_trace(go.Scatter(x=[summary[panel][lab]["tpf"] for lab in labels],
                                  y=[summary[panel][lab]["speedup"] for lab in labels], mode="markers+text",

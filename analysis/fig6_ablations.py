@@ -1,7 +1,7 @@
 """Fig 6b–d: Polestar's commit rule, top-k refreshed clusters and update schedule τ_upd, each varied alone from the
 defaults (paper §5.3: LLaDA-8B, GSM8K, generation 256, block 32).
 
-    python -m analysis.fig6_ablations --n 20 --out reports/figures
+    python -m analysis.fig6_ablations --n 100 --out reports/figures
 
 (b) commit rule on Polestar-Cache: the threshold τ_s 0.9 and 0.7, the drift rule in the current block, and the
 drift rule plus suffix commits (Polestar). The paper's raw-drift-magnitude rule has no switch here (our drift rule

@@ -1,7 +1,7 @@
 """Fig 7: the number of centroids K and the local window's size, each varied alone from Polestar's defaults
 (K = 8 with the top half refreshed; window 2 blocks before and 1 after the current block).
 
-    python -m analysis.fig7_window --n 20 --out reports/figures
+    python -m analysis.fig7_window --n 100 --out reports/figures
 """
 
 from __future__ import annotations

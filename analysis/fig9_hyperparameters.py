@@ -2,7 +2,7 @@
 from Polestar's defaults (paper App. D.8: LLaDA-8B, GSM8K, generation 256), plus the top-k of the final layer,
 where the paper (4) and its public code (1) differ.
 
-    python -m analysis.fig9_hyperparameters --n 20 --out reports/figures
+    python -m analysis.fig9_hyperparameters --n 100 --out reports/figures
 
 The paper's numbers from its text: B = 64 raises TPF but drops accuracy to 75.1 %; h = 0 (raw drift) raises TPF and
 TPS but drops it to 76.91 %; α = 2.5 reaches high TPF at 73.4 %; τ_suffix = 0.85 raises TPF at 76.4 %, 0.95 keeps

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from analysis.figio import REPORTS, ROOT, weights_key
@@ -35,10 +36,49 @@ def _verdict(checks: list[tuple[str, bool | None]]) -> str:
     return f"**Verdict: {word}** ({held} of {len(checks)} checks hold{extra})\n{lines}\n"
 
 
-def _acc(panel: dict, n: int, holds: bool) -> bool | None:
-    """An accuracy check, or None when every row's accuracy is within one example (`_vacuous`)."""
-    acc = [v["accuracy"] for v in panel.values()]
-    return None if max(acc) - min(acc) <= 1.5 / n else holds
+SIGNIFICANCE = 0.05
+PAIRED = ("Accuracy checks compare two settings on the same examples: an exact one-sided McNemar (sign) test on the "
+          f"examples only one of them gets right must give p < {SIGNIFICANCE:g} for a drop to count; a drop that does "
+          "not leaves a \"loses\" check undecided (–), and only a significant drop fails an \"at least as accurate\" "
+          "check.")
+
+
+def _sign_test(wins: int, losses: int) -> float:
+    """One-sided p of `losses` or more among `wins + losses` discordant pairs under no difference (Binomial(n, ½))."""
+    n = wins + losses
+    return sum(math.comb(n, k) for k in range(losses, n + 1)) / 2 ** n if n else 1.0
+
+
+def _paired(panel: dict, a: str, b: str) -> tuple[int, int, float] | None:
+    """(examples only `a` gets right, examples only `b` gets right, p that `a` is less accurate than `b`), from the
+    per-example results of an ablation summary; None when the summary holds none (written by an older script)."""
+    if "correct" not in panel[a] or "correct" not in panel[b]:
+        return None
+    only_a = sum(x and not y for x, y in zip(panel[a]["correct"], panel[b]["correct"]))
+    only_b = sum(y and not x for x, y in zip(panel[a]["correct"], panel[b]["correct"]))
+    return only_a, only_b, _sign_test(only_a, only_b)
+
+
+def _less(panel: dict, a: str, b: str) -> tuple[str, bool | None]:
+    """"`a` is less accurate than `b`": ✓ when significant, ✗ when `a` is at least as accurate, – in between."""
+    d = _paired(panel, a, b)
+    if d is None:
+        return "no per-example results", None
+    only_a, only_b, p = d
+    holds = False if only_a >= only_b else (True if p < SIGNIFICANCE else None)
+    return f"paired: {only_b} examples only {b} gets right, {only_a} only {a}; one-sided p = {p:.2g}", holds
+
+
+def _not_less(panel: dict, a: str, b: str) -> tuple[str, bool | None]:
+    """"`a` is at least as accurate as `b`": ✗ only when `a` is significantly less accurate."""
+    why, less = _less(panel, a, b)
+    return why, None if why == "no per-example results" else less is not True
+
+
+def _acc_check(text: str, panel: dict, a: str, b: str, relation) -> tuple[str, bool | None]:
+    """A check line: `text`, both accuracies and the paired test behind the verdict."""
+    why, holds = relation(panel, a, b)
+    return f"{text} ({pct(panel[a]['accuracy'])} against {pct(panel[b]['accuracy'])}; {why})", holds
 
 
 def pct(x: float | None) -> str:
@@ -116,73 +156,60 @@ def _ablation_rows(panel: dict) -> str:
                             f"{v['suffix_commits']:.1f} |" for k, v in panel.items()) + "\n"
 
 
-def _vacuous(panel: dict, n: int) -> str:
-    acc = [v["accuracy"] for v in panel.values()]
-    if max(acc) - min(acc) > 1.5 / n:
-        return ""
-    return (f"Accuracy is {100 * min(acc):.0f}–{100 * max(acc):.0f} % in every row, at most one example of {n} apart: "
-            "at this n the accuracy checks below cannot be decided; only TPF and TPS are informative.\n\n")
-
-
 def fig6(d: dict) -> str:
     s, panels = d["settings"], d["panels"]
     b, c, u = panels["(b) commit rule"], panels["(c) top-k of 8 clusters"], panels["(d) update schedule τ_upd"]
     out = [f"## Fig 6b–d: commit rule, top-k, update schedule\n\n- Command: {_cmd('fig6_ablations', s)}; "
-           f"{_settings(s)}. TPS ratios are within each panel, over its reference row.\n"]
+           f"{_settings(s)}. TPS ratios are within each panel, over its reference row. {PAIRED}\n"]
     checks_b = [("τ_s 0.7 commits more per forward than τ_s 0.9", b["τ_s 0.7"]["tpf"] > b["τ_s 0.9"]["tpf"]),
-                ("τ_s 0.7 loses accuracy against τ_s 0.9",
-                 _acc(b, s["n"], b["τ_s 0.7"]["accuracy"] < b["τ_s 0.9"]["accuracy"])),
+                _acc_check("τ_s 0.7 loses accuracy against τ_s 0.9", b, "τ_s 0.7", "τ_s 0.9", _less),
                 ("the drift rule raises TPF over τ_s 0.9", b["drift rule"]["tpf"] > b["τ_s 0.9"]["tpf"]),
-                ("the drift rule keeps at least τ_s 0.7's accuracy",
-                 _acc(b, s["n"], b["drift rule"]["accuracy"] >= b["τ_s 0.7"]["accuracy"])),
+                _acc_check("the drift rule keeps at least τ_s 0.7's accuracy", b, "drift rule", "τ_s 0.7", _not_less),
                 ("suffix commits raise TPF further", b["drift + suffix (Polestar)"]["tpf"] >= b["drift rule"]["tpf"])]
     out.append("### Fig 6b: commit rule\n\n- Paper: τ_s 0.9 → 2.87 TPF; τ_s 0.7 → 3.71 TPF with a large accuracy "
                "drop; the drift rule → 78.6 % at 3.48 TPF; with suffix commits → 78.33 % at 3.67 TPF.\n\n"
-               + _ablation_rows(b) + "\n" + _vacuous(b, s['n']) + _verdict(checks_b))
+               + _ablation_rows(b) + "\n" + _verdict(checks_b))
     checks_c = [("k = 2 reaches lower TPF than k = 4", c["k=2"]["tpf"] < c["k=4"]["tpf"]),
-                ("k = 2 is no more accurate than k = 4", _acc(c, s["n"], c["k=2"]["accuracy"] <= c["k=4"]["accuracy"])),
+                _acc_check("k = 4 is at least as accurate as k = 2", c, "k=4", "k=2", _not_less),
                 ("k = 6 and k = 8 are slower than k = 4", max(c["k=6"]["tps"], c["k=8"]["tps"]) < c["k=4"]["tps"])]
     out.append("### Fig 6c: top-k clusters refreshed\n\n- Paper: top-2 misses positions (77.67 %, 3.13 TPF); top-6 "
                "and top-8 cost throughput; k = 4 is the best trade (78.33 %, 3.67 TPF).\n\n" + _ablation_rows(c)
-               + "\n" + _vacuous(c, s['n']) + _verdict(checks_c))
+               + "\n" + _verdict(checks_c))
     best = max(u, key=lambda k: u[k]["tps"])
     checks_d = [("no refresh (τ_upd 0) lowers TPF against τ_upd 3", u["τ_upd=0"]["tpf"] < u["τ_upd=3"]["tpf"]),
-                ("no refresh is no more accurate than τ_upd 3",
-                 _acc(u, s["n"], u["τ_upd=0"]["accuracy"] <= u["τ_upd=3"]["accuracy"])),
+                _acc_check("τ_upd 3 is at least as accurate as no refresh", u, "τ_upd=3", "τ_upd=0", _not_less),
                 (f"τ_upd 3 has the highest TPS (highest: {best})", best == "τ_upd=3")]
     out.append("### Fig 6d: update schedule\n\n- Paper: low τ_upd refreshes often and wastes work; no refresh lets "
                "stale states accumulate (lower accuracy and TPF); τ_upd = 3 keeps 78.33 % / 3.67 TPF at the highest "
                "TPS. Ours: τ_upd 0 means no refresh steps inside a block (the paper's ∞).\n\n" + _ablation_rows(u)
-               + "\n" + _vacuous(u, s['n']) + _verdict(checks_d))
+               + "\n" + _verdict(checks_d))
     return "\n".join(out)
 
 
 def fig7(d: dict) -> str:
     s, panels = d["settings"], d["panels"]
     k, w = panels["(a) centroids K (top K/2 refreshed)"], panels["(b) window (blocks before, after)"]
-    checks_k = [("K = 8 is at least as accurate as K = 4",
-                 _acc(k, s["n"], k["K=8"]["accuracy"] >= k["K=4"]["accuracy"])),
+    checks_k = [_acc_check("K = 8 is at least as accurate as K = 4", k, "K=8", "K=4", _not_less),
                 ("K = 8 is faster than K = 16", k["K=8"]["tps"] > k["K=16"]["tps"])]
     checks_w = [(f"a wider prefix (2+1 against 1+1) raises {m}", w["2+1"][m] >= w["1+1"][m]) for m in ("tpf", "tps")]
-    checks_w.insert(0, ("a wider prefix (2+1 against 1+1) raises accuracy",
-                        _acc(w, s["n"], w["2+1"]["accuracy"] >= w["1+1"]["accuracy"])))
-    return (f"## Fig 7: centroids and local window\n\n- Command: {_cmd('fig7_window', s)}; {_settings(s)}.\n\n"
+    checks_w.insert(0, _acc_check("a narrower prefix (1+1 against 2+1) loses accuracy", w, "1+1", "2+1", _less))
+    return (f"## Fig 7: centroids and local window\n\n- Command: {_cmd('fig7_window', s)}; {_settings(s)}. "
+            f"{PAIRED}\n\n"
             "### Fig 7a: centroids K\n\n- Paper: K = 8 balances the granularity of the clusters against the cost of "
-            "proxy attention over more centroids.\n\n" + _ablation_rows(k) + "\n" + _vacuous(k, s['n'])
+            "proxy attention over more centroids.\n\n" + _ablation_rows(k) + "\n"
             + _verdict(checks_k)
             + "\n### Fig 7b: window size\n\n- Paper: widening the window, the prefix side above all, improves "
-              "accuracy, TPF and TPS; the default is (2B, B).\n\n" + _ablation_rows(w) + "\n" + _vacuous(w, s['n'])
+              "accuracy, TPF and TPS; the default is (2B, B).\n\n" + _ablation_rows(w) + "\n"
             + _verdict(checks_w))
 
 
 def fig9(d: dict) -> str:
-    s, panels, n = d["settings"], d["panels"], d["settings"]["n"]
+    s, panels = d["settings"], d["panels"]
     blocks, hist, alpha = panels["(a) block size B"], panels["(b) drift history h"], panels["(c) drift gate α"]
     suffix, last = panels["(d) suffix threshold τ_suffix"], panels["(e) top-k at the final layer"]
 
     def loses(panel: dict, low: str, ref: str) -> tuple[str, bool | None]:
-        return (f"{low} loses accuracy against {ref} ({pct(panel[low]['accuracy'])} against "
-                f"{pct(panel[ref]['accuracy'])})", _acc(panel, n, panel[low]["accuracy"] < panel[ref]["accuracy"]))
+        return _acc_check(f"{low} loses accuracy against {ref}", panel, low, ref, _less)
 
     def raises(panel: dict, low: str, ref: str) -> tuple[str, bool]:
         return (f"{low} raises TPF over {ref} ({panel[low]['tpf']:.2f} against {panel[ref]['tpf']:.2f})",
@@ -202,15 +229,15 @@ def fig9(d: dict) -> str:
          "accuracy at lower TPF; 0.9 is the default.", suffix,
          [raises(suffix, "τ_suffix=0.85", "τ_suffix=0.9"), loses(suffix, "τ_suffix=0.85", "τ_suffix=0.9"),
           ("τ_suffix=0.95 lowers TPF against 0.9", suffix["τ_suffix=0.95"]["tpf"] < suffix["τ_suffix=0.9"]["tpf"]),
-          ("τ_suffix=0.95 keeps at least 0.9's accuracy",
-           _acc(suffix, n, suffix["τ_suffix=0.95"]["accuracy"] >= suffix["τ_suffix=0.9"]["accuracy"]))]),
+          _acc_check("τ_suffix=0.95 keeps at least 0.9's accuracy", suffix, "τ_suffix=0.95", "τ_suffix=0.9",
+                     _not_less)]),
     ]
     out = [f"## Fig 9: block size, drift history, drift gate, suffix threshold\n\n- Paper: the defaults reach 78.33 % "
            f"(App. D.8); each panel's claim is under it.\n- Command: {_cmd('fig9_hyperparameters', s)}; "
-           f"{_settings(s)}. TPS ratios are within each panel, over its reference row (the default).\n"]
+           f"{_settings(s)}. TPS ratios are within each panel, over its reference row (the default). {PAIRED}\n"]
     for title, claim, panel, checks in sections:
         out.append(f"### Fig 9{title[1]}: {title[4:]}\n\n- Paper: {claim}\n\n" + _ablation_rows(panel) + "\n"
-                   + _vacuous(panel, n) + (_verdict(checks) if checks else "No check: a setting is missing.\n"))
+                   + (_verdict(checks) if checks else "No check: a setting is missing.\n"))
     out.append("### Top-k at the final layer (not in the paper's figures)\n\n- The paper's Table 5 refreshes the top 4 "
                "clusters at every layer; its public code refreshes 1 at the final layer, whose packet only feeds the "
                "suffix commit (docs/deviations.md). Shown for the record, no claim to check.\n\n"

@@ -311,3 +311,24 @@ def test_suffix_probe_reads_the_step_input_canvas_and_leaves_the_decode_alone():
         kept = torch.ones(after.shape[1], dtype=torch.bool)
         kept[committed] = False
         assert torch.equal(before[0, kept], after[0, kept])
+
+
+def test_accuracy_checks_are_paired_sign_tests():
+    """A drop counts only when an exact one-sided sign test on the examples one setting alone gets right gives
+    p < 0.05: five of five discordant examples against a setting do (p = 1/32), four do not (p = 1/16)."""
+    from analysis.findings import _less, _not_less, _sign_test
+
+    assert _sign_test(0, 5) == 1 / 32 and _sign_test(0, 4) == 1 / 16 and _sign_test(5, 0) == 1.0
+    assert _sign_test(0, 0) == 1.0 and abs(_sign_test(1, 1) - 0.75) < 1e-12
+
+    def panel(a, b):
+        return {"a": {"correct": a}, "b": {"correct": b}}
+
+    five = panel([0, 0, 0, 0, 0, 1, 0], [1, 1, 1, 1, 1, 1, 0])
+    assert _less(five, "a", "b")[1] is True and _not_less(five, "a", "b")[1] is False
+    four = panel([0, 0, 0, 0, 1], [1, 1, 1, 1, 1])
+    assert _less(four, "a", "b")[1] is None and _not_less(four, "a", "b")[1] is True
+    better = panel([1, 1, 0], [0, 1, 0])
+    assert _less(better, "a", "b")[1] is False and _not_less(better, "a", "b")[1] is True
+    assert _less({"a": {}, "b": {}}, "a", "b") == ("no per-example results", None)
+    assert "4 examples only b gets right, 0 only a; one-sided p = 0.062" in _less(four, "a", "b")[0]
