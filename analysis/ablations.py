@@ -57,9 +57,9 @@ def run(args, model, panels: dict[str, dict[str, DecodeConfig]], reference: dict
 
 def _label_positions(xs: list[float], ys: list[float]) -> list[str]:
     """A text position per point: alternating above and below, except that a point near an earlier one (labels
-    are wide: a quarter of the x range, 15 % of the y range) takes the first side of ("middle left", "middle
-    right", "top center", "bottom center") that none of its near neighbours took, so close settings keep
-    readable labels."""
+    are wide: a quarter of the x range, 15 % of the y range) takes the first side that none of its near neighbours
+    took, the vertical ones first (a label beside a point runs into a neighbour's label above or below it), so
+    close settings keep readable labels."""
     span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
     out: list[str] = []
     for i, (x, y) in enumerate(zip(xs, ys)):
@@ -67,7 +67,7 @@ def _label_positions(xs: list[float], ys: list[float]) -> list[str]:
         if not near:
             out.append(("top center", "bottom center")[i % 2])
             continue
-        sides = ("middle left", "middle right", "top center", "bottom center")
+        sides = ("top center", "bottom center", "middle left", "middle right")
         out.append(next((side for side in sides if side not in near), sides[0]))
     return out
 
