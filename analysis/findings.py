@@ -66,7 +66,8 @@ def _less(panel: dict, a: str, b: str) -> tuple[str, bool | None]:
         return "no per-example results", None
     only_a, only_b, p = d
     holds = False if only_a >= only_b else (True if p < SIGNIFICANCE else None)
-    return f"paired: {only_b} examples only {b} gets right, {only_a} only {a}; one-sided p = {p:.2g}", holds
+    examples = "example" if only_b == 1 else "examples"
+    return f"paired: {only_b} {examples} only {b} gets right, {only_a} only {a}; one-sided p = {p:.2g}", holds
 
 
 def _not_less(panel: dict, a: str, b: str) -> tuple[str, bool | None]:
