@@ -3,7 +3,7 @@
 forward over the canvas the packet saw, and every computed digit a suffix commit wrote is judged as in
 `analysis.commit_reliability`.
 
-    python -m analysis.suffix_commits --n 40 --out reports/figures
+    python -m analysis.suffix_commits --n 80 --out reports/figures
 
 The paper commits a suffix position when drift made it eligible and its packet confidence is ≥ τ_suffix ("drift
 determines which suffix positions become eligible, confidence which are safe to commit", §4.2). On the embedded
@@ -25,7 +25,7 @@ AGREEMENT = ("same token, fresh ≥ τ_suffix", "same token, fresh < τ_suffix",
 ORDERS = ("inputs committed first", "an input not yet committed")
 
 
-def fresh_views(model, tau: float):
+def fresh_views(model):
     """An `on_step` callback that records, for each suffix commit of a step, the fresh forward's token and
     confidence at its position over the step's input canvas: {position: (token, confidence)}."""
     import torch
@@ -66,7 +66,7 @@ def measure(model, examples, gen_length: int) -> tuple[list[dict], dict]:
         tallies[key] = (n + 1, wrong + (not ok))
 
     for i, ex in enumerate(examples):
-        seen, on_step = fresh_views(model, tau)
+        seen, on_step = fresh_views(model)
         r = polestar.generate(model, ex.prompt, cfg, on_step=on_step)
         right += tasks.score("arith", ex, r.text)
         pieces, commits = traced_commits(model, r)

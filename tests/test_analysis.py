@@ -289,7 +289,7 @@ def test_suffix_probe_reads_the_step_input_canvas_and_leaves_the_decode_alone():
 
     model = polestar.load_model(polestar.DEFAULT_MODEL)
     prompt = tasks.make("arith", 1, 0)[0].prompt
-    seen, on_step = fresh_views(model, 0.9)
+    seen, on_step = fresh_views(model)
     inputs = []
     forward = model.forward
 
