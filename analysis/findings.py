@@ -59,11 +59,14 @@ def _paired(panel: dict, a: str, b: str) -> tuple[int, int, float] | None:
     return only_a, only_b, _sign_test(only_a, only_b)
 
 
+NO_PAIRS = "no per-example results"
+
+
 def _less(panel: dict, a: str, b: str) -> tuple[str, bool | None]:
     """"`a` is less accurate than `b`": ✓ when significant, ✗ when `a` is at least as accurate, – in between."""
     d = _paired(panel, a, b)
     if d is None:
-        return "no per-example results", None
+        return NO_PAIRS, None
     only_a, only_b, p = d
     holds = False if only_a >= only_b else (True if p < SIGNIFICANCE else None)
     examples = "example" if only_b == 1 else "examples"
@@ -73,7 +76,7 @@ def _less(panel: dict, a: str, b: str) -> tuple[str, bool | None]:
 def _not_less(panel: dict, a: str, b: str) -> tuple[str, bool | None]:
     """"`a` is at least as accurate as `b`": ✗ only when `a` is significantly less accurate."""
     why, less = _less(panel, a, b)
-    return why, None if why == "no per-example results" else less is not True
+    return why, None if why == NO_PAIRS else less is not True
 
 
 def _acc_check(text: str, panel: dict, a: str, b: str, relation) -> tuple[str, bool | None]:
@@ -543,7 +546,8 @@ def render(figures: Path, tables: Path | None = None, model_path: str | None = N
     if missing:
         parts.append("## Not measured on the shipped weights yet\n\n" + ", ".join(missing)
                      + ": `python -m analysis.<table> compute --n 200 --gen-length 256`, then `plot`.\n")
-    return "\n".join([parts[0], verdict_summary("\n".join(parts[1:])), *parts[1:]])
+    body = "\n".join(parts[1:])
+    return "\n".join([parts[0], verdict_summary(body), body])
 
 
 def verdict_summary(page: str) -> str:

@@ -18,7 +18,7 @@ canvas: the canvas after the step with the step's own commits masked again.
 from __future__ import annotations
 
 from analysis import figio
-from analysis.commit_reliability import commit_of_each_digit, digit_verdicts, token_of_char, traced_commits
+from analysis.commit_reliability import _tally, commit_of_each_digit, digit_verdicts, token_of_char, traced_commits
 
 NAME = "suffix_commits"
 AGREEMENT = ("same token, fresh ≥ τ_suffix", "same token, fresh < τ_suffix", "other token")
@@ -59,12 +59,7 @@ def measure(model, examples, gen_length: int) -> tuple[list[dict], dict]:
 
     cfg = resolve("polestar", gen_length=gen_length)
     tau = cfg.polestar_tau_suffix
-    rows, right, tallies = [], 0, {}
-
-    def tally(key, ok: bool) -> None:
-        n, wrong = tallies.get(key, (0, 0))
-        tallies[key] = (n + 1, wrong + (not ok))
-
+    rows, right, tallies = [], 0, {}  # tallies: key -> (seen, wrong), as in commit_reliability
     for i, ex in enumerate(examples):
         seen, on_step = fresh_views(model)
         r = polestar.generate(model, ex.prompt, cfg, on_step=on_step)
@@ -74,7 +69,7 @@ def measure(model, examples, gen_length: int) -> tuple[list[dict], dict]:
         judged = {}  # generated index -> (every input committed by an earlier forward, right)
         for reason, _, first, v in commit_of_each_digit(pieces, commits, digit_verdicts("".join(pieces))):
             if reason in ("threshold", "suffix"):
-                tally((reason, "all"), v.right)
+                _tally(tallies, (reason, "all"), v.right)
             if reason == "suffix":
                 judged[token_at(v.offset)] = (first, v.right)
         block_end = lambda block: r.trace.prompt_len + (block + 1) * cfg.block_length  # noqa: E731
@@ -83,7 +78,7 @@ def measure(model, examples, gen_length: int) -> tuple[list[dict], dict]:
                 if c.reason != "suffix" or c.token == model.eos_id:
                     continue
                 kind = agreement(c.token, seen[c.position], tau)
-                tally(("agreement", kind), True)
+                _tally(tallies, ("agreement", kind), True)
                 row = {"example": i, "nfe": e.nfe, "gen_index": c.gen_index,
                        "past_block_end": c.position - block_end(e.block), "packet_confidence": c.confidence,
                        "fresh_confidence": seen[c.position][1], "agreement": kind, "digit": 0, "right": "",
@@ -91,8 +86,8 @@ def measure(model, examples, gen_length: int) -> tuple[list[dict], dict]:
                 if c.gen_index in judged:
                     first, ok = judged[c.gen_index]
                     row.update(digit=1, right=int(ok), inputs_first=int(first))
-                    tally(("suffix digit", kind), ok)
-                    tally(("suffix digit", ORDERS[0] if first else ORDERS[1]), ok)
+                    _tally(tallies, ("suffix digit", kind), ok)
+                    _tally(tallies, ("suffix digit", ORDERS[0] if first else ORDERS[1]), ok)
                 rows.append(row)
     n_suffix = sum(n for (k, _), (n, _) in tallies.items() if k == "agreement")
 
@@ -135,7 +130,7 @@ def figure(summary: dict, title: str):
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = figio.parser(__doc__.split("\n\n")[0], n=40).parse_args(argv)
+    args = figio.parser(__doc__.split("\n\n")[0], n=80).parse_args(argv)
     if args.task != "arith":
         raise SystemExit("suffix_commits judges arith scratchpads: run it with --task arith")
     model = figio.setup(args)
