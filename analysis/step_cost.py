@@ -5,9 +5,12 @@ tokens per forward do not matter but the cost of each step does (issue: kernels,
     python -m analysis.step_cost --device cpu --small   # smoke run: the embedded model's shape, random weights
 
 Random weights give near-uniform confidences, so both methods commit about one token per step and run the same
-number of steps per block; the step times (from the decode trace, CUDA-synchronised) are then comparable. Prints
-one JSON line per (method, generation length): mean ms per step by pass kind, mean ms per step overall, the
-Polestar/Fast-dLLM ratio, and peak device memory when on CUDA.
+number of steps per block; the step times (from the decode trace, CUDA-synchronised) are then comparable. Polestar
+runs in three system settings (`SYSTEM`): its defaults (on CUDA the window offloaded to host memory, the refresh rows
+picked on the host: one wait for the device per refreshed layer), the window kept on the device with the same host
+selection, and the window on the device with device-side selection (no wait between layers: docs/algorithm.md §4).
+Prints one JSON line per (method, generation length): mean ms per step by pass kind, mean ms per step overall, its
+ratio to Fast-dLLM's, and peak device memory when on CUDA.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ import statistics
 LLADA_8B = {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 32, "mlp_hidden": 12288,
             "vocab_size": 126464}
 EMBEDDED = {"d_model": 256, "n_layers": 8, "n_heads": 8, "n_kv_heads": 8, "mlp_hidden": 768, "vocab_size": 1024}
+# the measured configurations: (name, preset, system overrides)
+SYSTEM = (("fast-dllm", "fast-dllm", {}), ("polestar", "polestar", {}),
+          ("polestar, window on device", "polestar", {"offload": "off", "device_select": "off"}),
+          ("polestar, device selection", "polestar", {"offload": "off", "device_select": "on"}))
 
 
 def random_model(shape: dict, device, dtype):
@@ -69,10 +76,11 @@ def main() -> None:
                            generator=torch.Generator().manual_seed(1)).to(device)
     for gen_length in gen_lengths:
         per_method = {}
-        for method in ("fast-dllm", "polestar", "fast-dllm", "polestar"):  # second round is the measured one
+        for method, preset, system in SYSTEM + SYSTEM:  # the second round is the measured one
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            result = decode(model, prompt, resolve(method, gen_length=gen_length, block_length=32), trace=True)
+            cfg = resolve(preset, gen_length=gen_length, block_length=32, **system)
+            result = decode(model, prompt, cfg, trace=True)
             kinds: dict[str, list[float]] = {}
             for event in result.trace.events:
                 kinds.setdefault(event.kind, []).append(event.ms)
@@ -84,9 +92,9 @@ def main() -> None:
                 "peak_mem_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
                 if device.type == "cuda" else None,
             }
-        ratio = per_method["polestar"]["ms_per_step"] / per_method["fast-dllm"]["ms_per_step"]
+        fast = per_method["fast-dllm"]["ms_per_step"]
         for row in per_method.values():
-            print(json.dumps(row | {"polestar_over_fastdllm_ms_per_step": round(ratio, 3)}), flush=True)
+            print(json.dumps(row | {"over_fastdllm_ms_per_step": round(row["ms_per_step"] / fast, 3)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,10 @@ class DecodeConfig:
                       choices=("auto", "on", "off"))
     overlap: bool = _f(True, "run Polestar's proxy attention and drift on a side CUDA stream, overlapping the next "
                        "layer (no effect on CPU)", "system")
+    device_select: str = _f("auto", "pick Polestar's refresh rows on the device, padded to a size the host knows, so "
+                            "a refresh step never waits for the device between layers ('auto': on a CUDA device "
+                            "whose window is not offloaded; 'on' also on CPU, with the same tokens)", "system",
+                            choices=("auto", "on", "off"))
     measure_staleness: bool = _f(False, "measure KV staleness against a full recompute each step (not counted "
                                  "in NFE or TPS)", "analysis")
 

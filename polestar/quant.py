@@ -248,18 +248,21 @@ class RowStore:
         return self.fmt.dequantize(self._view(rows, fetched))
 
     def set(self, rows: torch.Tensor, x: torch.Tensor, anchor: torch.Tensor | None = None,
-            labels: torch.Tensor | None = None) -> None:
+            labels: torch.Tensor | None = None, keep: torch.Tensor | None = None) -> None:
+        """Rewrite `rows` with `x` [len(rows), channels] (residual formats: against `anchor[labels]`). Where `keep`
+        (bool, [len(rows)] or broadcastable) holds, a row keeps what it held: Polestar's padded packet rows that
+        carry nothing (`caches.polestar`), written without the host reading which they are."""
         q = self.q
+        host_rows = rows.cpu() if self.offload else rows
         if self.residual:
             new = self.fmt.quantize(x, anchor, labels, tensor_scale=q.tensor_scale)
-            q.anchor_index[rows] = new.anchor_index + q.anchor.shape[0]
+            q.anchor_index[rows] = _kept(keep, q.anchor_index[rows], new.anchor_index + q.anchor.shape[0])
             q.anchor = torch.cat([q.anchor, new.anchor])
         else:
             new = self.fmt.quantize(x, tensor_scale=q.tensor_scale)
-        host_rows = rows.cpu() if self.offload else rows
-        q.codes[host_rows] = new.codes.to(q.codes.device)
+        q.codes[host_rows] = _kept(keep, q.codes[host_rows], new.codes.to(q.codes.device))
         if q.scales is not None:
-            q.scales[host_rows] = new.scales.to(q.scales.device)
+            q.scales[host_rows] = _kept(keep, q.scales[host_rows], new.scales.to(q.scales.device))
 
     def nbytes(self) -> int:
         """Bytes held, wherever they are (device and host)."""
@@ -271,6 +274,14 @@ class RowStore:
             return self.nbytes()
         parts = (self.q.tensor_scale, self.q.anchor, self.q.anchor_index)
         return sum(p.numel() * p.element_size() for p in parts if p is not None)
+
+
+def _kept(keep: torch.Tensor | None, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """`new`, with `old`'s rows where `keep` [rows] (or a broadcastable bool) holds."""
+    if keep is None:
+        return new
+    keep = keep.to(new.device)
+    return torch.where(keep.reshape(*keep.shape, *[1] * (new.dim() - keep.dim())), old, new)
 
 
 def _host(t: torch.Tensor, pin: bool) -> torch.Tensor:

@@ -59,15 +59,20 @@ def test_suffix_commits_land_and_are_aligned(tiny, monkeypatch):
     same canvas (Dream: the row one to the left) up to the fp16 storage of the cached inputs (relative 2^-11,
     a few times over two layers), and the committed suffix tokens are in the final canvas. Later refreshes
     differ by design: suffix-committed tokens enter the cached inputs only at the next block entry."""
-    captured = []
-    original = PolestarCache._suffix
+    captured, seen = [], {}
+    original, layers = PolestarCache._suffix, PolestarCache._layers
 
-    def spy(self, view, result, *args):
-        original(self, view, result, *args)
+    def see(self, view, refresh):  # the canvas the step's packets see
+        seen["canvas"] = view.canvas.clone()
+        return layers(self, view, refresh)
+
+    def spy(self, result, *args):
+        original(self, result, *args)
         if result.extra_targets is not None:
-            captured.append((view.canvas.clone(), result.extra_targets.positions.clone(),
+            captured.append((seen["canvas"], result.extra_targets.positions.clone(),
                              result.extra_targets.logits.clone()))
 
+    monkeypatch.setattr(PolestarCache, "_layers", see)
     monkeypatch.setattr(PolestarCache, "_suffix", spy)
     cfg = resolve("polestar", tau_s=0.3, **(EXACT | {"polestar_suffix_commit": True, "polestar_tau_suffix": 0.0}))
     out = decode(tiny, torch.tensor(PROMPT), cfg, trace=True)
@@ -295,3 +300,155 @@ def test_entry_reference_is_the_proxy_distribution_a_step_would_compare(tiny):
         assert torch.allclose(probs.sum(-1), torch.ones(probs.shape[:2]), atol=1e-5)
         again, drift = proxy_drift(tiny, layer, centroids, cache, probs)
         assert torch.equal(again, probs) and drift.abs().max() <= 1e-6
+
+
+
+# Torch calls that read a tensor's contents on the host, so on a GPU wait for the device (nonzero and boolean
+# indexing also give shapes that depend on the data).
+_HOST_READS = {"nonzero", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "unique",
+               "masked_select", "equal"}
+
+
+class _HostReads(torch.overrides.TorchFunctionMode):
+    """Records each torch call in `_HOST_READS`, and each indexing by a boolean tensor, made while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        index = args[1] if name in ("__getitem__", "__setitem__") and len(args) > 1 else ()
+        index = index if isinstance(index, tuple) else (index,)
+        if name in _HOST_READS or any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index):
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def _refresh_loop_reads(model, cfg, monkeypatch) -> tuple[list[list[str]], object]:
+    """Decode PROMPT with `cfg`; the host reads of each refresh step's layer loop, and the result."""
+    import polestar.caches.polestar as module
+
+    reads, loop = [], module.PolestarCache._layers
+
+    def watched(self, view, refresh):
+        if not refresh:
+            return loop(self, view, refresh)
+        with _HostReads() as mode:
+            run = loop(self, view, refresh)
+        reads.append(mode.seen)
+        return run
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module.PolestarCache, "_layers", watched)
+        return reads, decode(model, torch.tensor(PROMPT), cfg, trace=True)
+
+
+REFRESHING = dict(gen_length=32, block_length=8, tau_s=0.3, polestar_tau_upd=1, polestar_tau_suffix=0.05,
+                  offload="off")
+
+
+def test_device_selection_reads_nothing_on_the_host_between_layers(tiny, monkeypatch):
+    """With device-side selection a refresh step's layer loop (consume, block layer, drift, pick, packet, for
+    every layer) never reads a tensor on the host, so on a GPU it never waits for the device mid-forward; the
+    host path reads the packet's size at every refreshed layer (`nonzero`), which the detector sees."""
+    host, _ = _refresh_loop_reads(tiny, resolve("polestar", device_select="off", **REFRESHING), monkeypatch)
+    device, out = _refresh_loop_reads(tiny, resolve("polestar", device_select="on", **REFRESHING), monkeypatch)
+    assert host and all("nonzero" in seen for seen in host)
+    assert len(device) == len(host) and all(seen == [] for seen in device)
+    assert any(c.reason == "suffix" for e in out.trace.events for c in e.commits)  # the last packet was used
+
+
+def test_device_selection_decodes_as_the_host_path(tiny, monkeypatch):
+    """Device-side selection pads each packet to its layer's bound and keeps the padding out of every write.
+    The CPU's kernels round a row by how many rows share its call, and a padded packet has more, so as they are
+    the two paths agree in tokens, refreshed positions and commits (these prompts) while drift values move in the
+    last bits; with the packet's layer and K/V projection computed one row per call, so that no row's rounding
+    depends on the others, they are the same decode bit for bit, drift values included."""
+    ids = torch.tensor(PROMPT)
+    model_type = type(tiny)
+    layer, kv_rows = model_type.layer, model_type.kv_rows
+
+    def row_by_row(fn, h, positions, join):
+        return join([fn(h[:, i : i + 1], positions[i : i + 1]) for i in range(len(positions))])
+
+    def packet_layer(self, index, h, positions, cache=None, need_attn=False, write=True, pad=None, keep=None):
+        if write:  # the block rows: the same call on both paths
+            return layer(self, index, h, positions, cache, need_attn, write, pad, keep)
+        return row_by_row(lambda x, p: layer(self, index, x, p, cache, write=False), h, positions,
+                          lambda outs: type(outs[0])(hidden=torch.cat([o.hidden for o in outs], 1), attn=None))
+
+    def packet_kv(self, index, h, positions):
+        return row_by_row(lambda x, p: kv_rows(self, index, x, p), h, positions,
+                          lambda outs: tuple(torch.cat(t, dim=2) for t in zip(*outs)))
+
+    def events(cfg, device_select):
+        out = decode(tiny, ids, resolve("polestar", device_select=device_select, **cfg), trace=True)
+        return out, [(e.refreshed_positions, [(c.position, c.token, c.reason) for c in e.commits], e.extra)
+                     for e in out.trace.events]
+
+    for extra in ({}, dict(polestar_refresh_clusters=1, polestar_refresh_clusters_last=1), dict(offload="on")):
+        cfg = {**REFRESHING, **extra}
+        (a, host), (b, device) = events(cfg, "off"), events(cfg, "on")
+        assert torch.equal(a.canvas, b.canvas) and a.nfe == b.nfe
+        assert [e[:2] for e in host] == [e[:2] for e in device]
+        with monkeypatch.context() as patch:
+            patch.setattr(model_type, "layer", packet_layer)
+            patch.setattr(model_type, "kv_rows", packet_kv)
+            (_, host), (_, device) = events(cfg, "off"), events(cfg, "on")
+        assert any(e[2].get("refresh") for e in host) and host == device
+
+
+def test_device_selection_packet_of_padding_only_changes_nothing(tiny, monkeypatch):
+    """When a refresh picks no row, the device path still runs a packet of `bound` padding rows (the host cannot
+    know it is empty) and consumes it: every write keeps the old contents and the centroids do not move, so the
+    decode is the host path's, whose empty packets are skipped, bit for bit."""
+    import polestar.caches.polestar as module
+
+    pick = module.PolestarCache._pick
+    monkeypatch.setattr(module.PolestarCache, "_pick", lambda self, picked, bound: pick(self, picked & False, bound))
+    ids = torch.tensor(PROMPT)
+    runs = [decode(tiny, ids, resolve("polestar", device_select=mode, **REFRESHING), trace=True) for mode in ("off", "on")]
+    assert torch.equal(runs[0].canvas, runs[1].canvas)
+    assert any(e.kind == "refresh" for e in runs[0].trace.events)
+    assert [e.extra for e in runs[0].trace.events] == [e.extra for e in runs[1].trace.events]
+
+
+def test_device_selection_pick_is_nonzero_padded():
+    """`_pick` on the device: the picked rows ascending (what `nonzero` gives), padded to the bound by the last
+    one, and a mask of the real ones; nothing picked gives the first row, none real."""
+    cache = PolestarCache.__new__(PolestarCache)
+    cache.device_select = True
+    for picked in ([0, 1, 0, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0, 0], [0] * 7, [1] * 7):
+        picked = torch.tensor(picked, dtype=torch.bool)
+        count = int(picked.sum())
+        members, real = cache._pick(picked, 7)
+        assert members[:count].tolist() == picked.nonzero().flatten().tolist()
+        assert real.tolist() == [i < count for i in range(7)]
+        assert members[count:].tolist() == [members[count - 1] if count else 0] * (7 - count)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the CPU test above checks the code)")
+def test_device_selection_never_waits_for_a_cuda_device(tmp_path, monkeypatch):
+    """On a GPU, under CUDA's sync debug mode (every synchronising call raises), the refresh steps' layer loops
+    of a device-selection decode run through; the host path's raise at its first `nonzero`."""
+    import polestar.caches.polestar as module
+
+    model = polestar.load_model(write_checkpoint(tmp_path, "llada", kv_heads=2), device="cuda")
+    loop = module.PolestarCache._layers
+
+    def strict(self, view, refresh):
+        if not refresh:
+            return loop(self, view, refresh)
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return loop(self, view, refresh)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(module.PolestarCache, "_layers", strict)
+    ids = torch.tensor(PROMPT, device="cuda")
+    out = decode(model, ids, resolve("polestar", device_select="auto", **REFRESHING), trace=True)
+    assert any(e.kind == "refresh" for e in out.trace.events)
+    with pytest.raises(RuntimeError):
+        decode(model, ids, resolve("polestar", device_select="off", **REFRESHING))

@@ -57,6 +57,32 @@ class LayerWindow:
     counts: torch.Tensor  # [K]
     store: RowStore  # the members' layer inputs, quantized
     reference: torch.Tensor  # [K, heads, length] proxy attention the drift is measured against
+    bound: int  # most members a refresh of this layer can pick: its top-k largest clusters together
+
+
+@dataclass
+class _Packet:
+    """A layer's update packet, which the next layer consumes first: the picked window rows (`members`, ascending)
+    and their recomputed outputs. With device-side selection the rows are padded to the layer's bound by repeating
+    the last one and `real` marks the picked ones (a step then never reads the selection on the host)."""
+
+    members: torch.Tensor  # [m] window indices
+    real: torch.Tensor | None  # [m] bool; None: every row is picked
+    hidden: torch.Tensor  # [1, m, d] the rows' outputs of this layer
+    fetched: object | None  # the next layer's rows, prefetched (offloaded stores)
+
+
+@dataclass
+class _LayerRun:
+    """What a step's layer loop leaves for after its last layer, still on the device."""
+
+    hidden: torch.Tensor  # [1, rows, d] the block rows' final hidden states
+    attn: torch.Tensor | None  # the final layer's attention of the block rows (drift commit)
+    drifts: list[torch.Tensor]  # [K] cluster drift per layer that measured it
+    selected: list[torch.Tensor]  # picked clusters per refreshed layer
+    refreshed: list[tuple[torch.Tensor, torch.Tensor | None]]  # (positions, real) per refreshed layer
+    packet: _Packet | None  # the final layer's (suffix commit)
+    window: LayerWindow | None  # the final layer's
 
 
 class PolestarCache(CachePolicy):
@@ -73,6 +99,8 @@ class PolestarCache(CachePolicy):
         device = next(model.parameters()).device
         self.offload = cfg.offload == "on" or (cfg.offload == "auto" and device.type == "cuda")
         self.side = torch.cuda.Stream(device=device) if cfg.overlap and device.type == "cuda" else None
+        self.device_select = cfg.device_select == "on" or (
+            cfg.device_select == "auto" and device.type == "cuda" and not self.offload)
 
     # --- block entry ------------------------------------------------------------------------------------
     def window(self, view: StepView) -> torch.Tensor:
@@ -161,13 +189,17 @@ class PolestarCache(CachePolicy):
             counts.append(part_counts)
             offset += part_centroids.shape[1]
         centroids, counts = torch.cat(centroids, dim=1), torch.cat(counts, dim=1)  # [layers, K, d], [layers, K]
+        largest = counts.sort(dim=1, descending=True).values.cumsum(dim=1).tolist()  # one read per block
+        last = len(entry.window_inputs) - 1
         windows = []
         for layer, h in enumerate(entry.window_inputs):
             with profiling.section("entry: cluster + quantize + reference › quantize"):
                 store = RowStore(self.fmt, h.float(), centroids[layer], labels[layer], offload=self.offload)
             with profiling.section("entry: cluster + quantize + reference › proxy reference"):
                 reference, _ = proxy_drift(self.model, layer, centroids[layer], self.cache, None, self.cfg.impl)
-            windows.append(LayerWindow(positions, labels[layer], centroids[layer], counts[layer], store, reference))
+            k = self.cfg.polestar_refresh_clusters_last if layer == last else self.cfg.polestar_refresh_clusters
+            windows.append(LayerWindow(positions, labels[layer], centroids[layer], counts[layer], store, reference,
+                                       bound=largest[layer][min(k, len(largest[layer])) - 1]))
         return windows
 
     # --- steps ------------------------------------------------------------------------------------------
@@ -185,19 +217,47 @@ class PolestarCache(CachePolicy):
     def _step(self, view: StepView) -> Pass:
         if self.pending is not None:
             self._finish_entry()
-        model, cfg, canvas = self.model, self.cfg, view.canvas
-        rows = self.block_rows
+        cfg, n_layers = self.cfg, self.model.spec.n_layers
         refresh = self._refresh_now()
+        run = self._layers(view, refresh)
+        # after the last layer: the step reads what the loop left on the device
+        drifts, selected = [d.tolist() for d in run.drifts], [c.tolist() for c in run.selected]
+        refreshed = [p if real is None else p[real] for p, real in run.refreshed]
+        with profiling.section("step: head"):
+            result = Pass(logits=self.predict(run.hidden, self.block_rows, view.targets),
+                          kind=PassKind.REFRESH if refresh else PassKind.BLOCK, rows=len(self.block_rows))
+        if cfg.polestar_current_commit:
+            with profiling.section("step: token drift"):
+                drift, delta = self._token_drift(view, run.attn, self.block_rows)
+                result.signals = {"drift": drift, "delta": delta}
+        if refresh:
+            self.since_refresh = 0
+            result.refreshed_positions = torch.unique(torch.cat(refreshed)) if refreshed else None
+            result.refreshed_layers = list(range(n_layers))
+            if cfg.polestar_suffix_commit and run.packet is not None:
+                with profiling.section("step: suffix logits"):
+                    self._suffix(result, run.window, run.packet)
+        result.extra = {"refresh": refresh, "cluster_drift": drifts, "selected_clusters": selected}
+        if refresh and refreshed:
+            result.extra["refreshed_per_layer"] = [len(p) for p in refreshed]
+        return result
+
+    def _layers(self, view: StepView, refresh: bool) -> _LayerRun:
+        """The step's layer loop: the block rows layer by layer against the cache, each layer first consuming the
+        previous one's update packet; per layer the cluster drift when something reads it and, on a refresh step,
+        the top-k clusters' packet. Nothing in it waits for the device on the host with device-side selection
+        (`_pick`): the picks and drifts are read after the last layer."""
+        model, cfg = self.model, self.cfg
+        rows, n_layers = self.block_rows, model.spec.n_layers
         drift_read = refresh or self.traced or cfg.polestar_drift_reference == DriftReference.PREVIOUS_STEP
-        n_layers = model.spec.n_layers
-        h = model.embed(canvas[:, rows])
-        packet = None
+        h = model.embed(view.canvas[:, rows])
+        packet, win = None, None
         drifts, selected, refreshed = [], [], []
         for index in range(n_layers):
             win = self.windows[index] if (cfg.polestar_cache and self.windows is not None) else None
             if packet is not None:
                 with profiling.section("step: consume packet"):
-                    self._consume(index, win, *packet)
+                    self._consume(index, win, packet)
             with profiling.section("step: block layer"):
                 out = model.layer(index, h, rows, self.cache,
                                   need_attn=cfg.polestar_current_commit and index == n_layers - 1)
@@ -212,47 +272,32 @@ class PolestarCache(CachePolicy):
             if not refresh:
                 continue
             with profiling.section("step: select + fetch + packet"):
-                k = cfg.polestar_refresh_clusters_last if index == n_layers - 1 else cfg.polestar_refresh_clusters
+                last = index == n_layers - 1  # no next layer takes the last packet: only the suffix commit reads it
+                k = cfg.polestar_refresh_clusters_last if last else cfg.polestar_refresh_clusters
                 chosen = drift.topk(min(k, len(drift))).indices
-                members = torch.isin(win.labels, chosen).nonzero().flatten()
-                if index == n_layers - 1:  # no next layer takes this packet: only the suffix commit reads it
-                    members = (members[self._suffix_targets(view, win.positions[members])]
-                               if cfg.polestar_suffix_commit else members[:0])
+                if last and not cfg.polestar_suffix_commit:
+                    members, real = win.labels[:0], None
+                else:
+                    picked = torch.isin(win.labels, chosen)
+                    if last:
+                        picked &= self._suffix_targets(view, win.positions)
+                    members, real = self._pick(picked, win.bound)
                 positions, packet = win.positions[members], None
                 if len(members):
                     # refreshed here and consumed by the next layer: fetch both layers' rows now
                     fetched = win.store.prefetch(members)
-                    fetched_next = self.windows[index + 1].store.prefetch(members) if index + 1 < n_layers else None
+                    fetched_next = self.windows[index + 1].store.prefetch(members) if not last else None
                     h_in = win.store.get(members, fetched).to(model.dtype).unsqueeze(0)
                     with profiling.section("step: select + fetch + packet › packet layer"):
-                        packet = (members, model.layer(index, h_in, positions, self.cache, write=False).hidden,
-                                  fetched_next)
-            selected.append(chosen)  # read on the host after the last layer: no sync here
-            refreshed.append(positions)
+                        hidden = model.layer(index, h_in, positions, self.cache, write=False).hidden
+                    packet = _Packet(members, real, hidden, fetched_next)
+            selected.append(chosen)
+            refreshed.append((positions, real))
             if cfg.polestar_drift_reference == DriftReference.LAST_REFRESH:
                 win.reference = now
         if self.side is not None:
             torch.cuda.current_stream().wait_stream(self.side)
-        drifts, selected = [d.tolist() for d in drifts], [c.tolist() for c in selected]
-        with profiling.section("step: head"):
-            result = Pass(logits=self.predict(h, rows, view.targets),
-                          kind=PassKind.REFRESH if refresh else PassKind.BLOCK, rows=len(rows))
-        if cfg.polestar_current_commit:
-            with profiling.section("step: token drift"):
-                drift, delta = self._token_drift(view, out.attn, rows)
-                result.signals = {"drift": drift, "delta": delta}
-        if refresh:
-            self.since_refresh = 0
-            all_refreshed = torch.unique(torch.cat(refreshed)) if refreshed else None
-            result.refreshed_positions = all_refreshed
-            result.refreshed_layers = list(range(n_layers))
-            if cfg.polestar_suffix_commit and packet is not None:
-                with profiling.section("step: suffix logits"):
-                    self._suffix(view, result, win, packet[0], packet[1])
-        result.extra = {"refresh": refresh, "cluster_drift": drifts, "selected_clusters": selected}
-        if refresh and refreshed:
-            result.extra["refreshed_per_layer"] = [len(p) for p in refreshed]
-        return result
+        return _LayerRun(h, out.attn, drifts, selected, refreshed, packet, win)
 
     def _cluster_drift(self, index: int, win: LayerWindow, overlap: bool):
         """Proxy attention + per-cluster drift of layer `index` (after its block rows wrote their K/V). With a
@@ -265,20 +310,38 @@ class PolestarCache(CachePolicy):
         with torch.cuda.stream(self.side):
             return proxy_drift(*args)
 
-    def _consume(self, index: int, win: LayerWindow, members: torch.Tensor, new_h: torch.Tensor,
-                 fetched=None) -> None:
-        """Layer `index` takes the previous layer's packet: inputs rewritten, K/V recomputed, centroids shifted."""
-        old = win.store.get(members, fetched)
-        new = new_h[0].float()
+    def _pick(self, picked: torch.Tensor, bound: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The window rows where `picked` [n] holds, ascending, and which of them are real (None: all). On the
+        host path exactly those rows (reading how many is free on a CPU). With device-side selection they are
+        padded to `bound` rows, the most `picked` can hold, by repeating the last one, so the shapes never depend
+        on the device's data; when nothing is picked, every row is the window's first and none is real."""
+        if not self.device_select:
+            return picked.nonzero().flatten(), None
+        order = torch.argsort((~picked).to(torch.uint8), stable=True)[:bound]  # picked rows first, ascending
+        count = picked.sum()
+        slots = torch.arange(bound, device=picked.device)
+        return order[torch.minimum(slots, (count - 1).clamp_min(0))], slots < count
+
+    def _consume(self, index: int, win: LayerWindow, packet: _Packet) -> None:
+        """Layer `index` takes the previous layer's packet: inputs rewritten, K/V recomputed, centroids shifted.
+        Padding rows repeat the last real row, so they write what it writes and are left out of the shift; a
+        packet with no real row writes nothing."""
+        members, real, hidden = packet.members, packet.real, packet.hidden
+        if real is not None:  # a padding row takes its real row's outputs as they are (not a recompute of them:
+            hidden = hidden[:, (real.cumsum(0) - 1).clamp_min(0)]  # the attention kernel rounds by row count)
+        old = win.store.get(members, packet.fetched)
+        new = hidden[0].float()
         labels = win.labels[members]
-        shift = torch.zeros_like(win.centroids).index_add_(0, labels, new - old)
+        moved = new - old if real is None else (new - old) * real.unsqueeze(-1)
+        shift = torch.zeros_like(win.centroids).index_add_(0, labels, moved)
         win.centroids += shift / win.counts.clamp_min(1).unsqueeze(-1).to(shift.dtype)
+        idle = None if real is None else ~real.any()
         with profiling.section("step: consume packet › re-quantize"):
-            win.store.set(members, new, win.centroids, labels)
+            win.store.set(members, new, win.centroids, labels, keep=idle)
         with profiling.section("step: consume packet › K/V rows"):
             positions = win.positions[members]
-            k, v = self.model.kv_rows(index, new_h, positions)
-            self.cache.write(index, positions, k, v)
+            k, v = self.model.kv_rows(index, hidden, positions)
+            self.cache.write(index, positions, k, v, keep=None if idle is None else idle.expand(1, len(members)))
 
     def _token_drift(self, view: StepView, attn: torch.Tensor, rows: torch.Tensor):
         """(δ, Δ) per target [1, n]: δ = final-layer attention KL against the previous forward, read on the
@@ -298,11 +361,15 @@ class PolestarCache(CachePolicy):
         keep = (predicted >= view.block_end) & (predicted < min(hi, view.canvas.shape[1]))
         return keep & (view.canvas[0, predicted.clamp(max=view.canvas.shape[1] - 1)] == self.model.mask_id)
 
-    def _suffix(self, view: StepView, result: Pass, win: LayerWindow, members: torch.Tensor,
-                new_h: torch.Tensor) -> None:
+    def _suffix(self, result: Pass, win: LayerWindow, packet: _Packet) -> None:
         """The final layer's packet rows (each predicting a still-masked suffix position) as extra targets."""
+        members, hidden = packet.members, packet.hidden
+        if packet.real is not None:  # after the last layer, where the step reads its selection anyway
+            members, hidden = members[packet.real], hidden[:, packet.real]
+            if not len(members):
+                return
         predicted = win.positions[members] + self.model.logit_shift
-        result.extra_targets = ExtraTargets(predicted, self.model.head(new_h))
+        result.extra_targets = ExtraTargets(predicted, self.model.head(hidden))
 
     def observe(self, view: StepView, logits: torch.Tensor, committed: torch.Tensor) -> None:
         n = int(committed.sum())

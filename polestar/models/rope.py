@@ -1,7 +1,9 @@
 """Rotary position embeddings, rotate-half (NeoX / HF-Llama) layout.
 
 The angle table is computed once in fp32 on the CPU (as LLaDA's reference does, for bit-parity) and moved to
-the compute device on first use; it grows when a longer position is requested.
+the compute device on first use; it covers the model's `max_sequence_length` and grows when a longer canvas is
+reserved (`RotaryTable.reserve`, called with the cache's or the forward's length). Rotating never reads the
+positions on the host, so on a GPU it never waits for the device.
 """
 
 from __future__ import annotations
@@ -41,10 +43,13 @@ class RotaryTable:
         sign[: self.head_dim // 2] = -1.0
         return cos, sin * sign, -sin * sign
 
-    def _tables(self, device: torch.device, needed: int) -> tuple[torch.Tensor, ...]:
-        if needed > self._tables_cpu[0].shape[0]:
-            self._tables_cpu = self._build(max(needed, 2 * self._tables_cpu[0].shape[0]))
+    def reserve(self, n: int) -> None:
+        """Make room for positions below `n` (a size the host knows: a cache's or a canvas's length)."""
+        if n > self._tables_cpu[0].shape[0]:
+            self._tables_cpu = self._build(max(n, 2 * self._tables_cpu[0].shape[0]))
             self._on_device.clear()
+
+    def _tables(self, device: torch.device) -> tuple[torch.Tensor, ...]:
         if device not in self._on_device:
             self._on_device[device] = tuple(t.to(device) for t in self._tables_cpu)
         return self._on_device[device]
@@ -53,8 +58,7 @@ class RotaryTable:
         for entry in self._recent:
             if entry[0] is positions and entry[1:4] == (version(positions), device, dtype):
                 return entry[4]
-        n_needed = int(positions.max()) + 1 if positions.numel() else 0
-        rows = tuple(t[positions].to(dtype) for t in self._tables(device, n_needed))
+        rows = tuple(t[positions].to(dtype) for t in self._tables(device))  # positions beyond `reserve`: IndexError
         self._recent = [(positions, version(positions), device, dtype, rows)] + self._recent[: self._KEEP - 1]
         return rows
 

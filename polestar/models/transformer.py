@@ -131,6 +131,7 @@ class Transformer(nn.Module):
 
     def new_cache(self, batch: int, length: int) -> KVCache:
         s = self.spec
+        self.rope.reserve(length)
         return KVCache(s.n_layers, batch, s.n_kv_heads, length, s.head_dim, self.dtype, self.device)
 
     def layer(
@@ -295,6 +296,7 @@ class Transformer(nn.Module):
         """Full forward over ids [batch, length]; with a cache, every layer's K/V rows are written to it.
         `pad` [batch]: left padding per row (module docstring)."""
         positions = torch.arange(ids.shape[1], device=ids.device)
+        self.rope.reserve(ids.shape[1])
         h = self.embed(ids)
         hidden, attentions = ([], []) if output_hidden_states or output_attentions else (None, None)
         for index in range(self.spec.n_layers):
