@@ -325,23 +325,29 @@ class _HostReads(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _refresh_loop_reads(model, cfg, monkeypatch) -> tuple[list[list[str]], object]:
-    """Decode PROMPT with `cfg`; the host reads of each refresh step's layer loop, and the result."""
+def _in_refresh_loops(patch, context) -> list:
+    """Run each refresh step's layer loop inside `context()` (through `patch`); the contexts entered, in order."""
     import polestar.caches.polestar as module
 
-    reads, loop = [], module.PolestarCache._layers
+    entered, loop = [], module.PolestarCache._layers
 
-    def watched(self, view, refresh):
+    def wrapped(self, view, refresh):
         if not refresh:
             return loop(self, view, refresh)
-        with _HostReads() as mode:
-            run = loop(self, view, refresh)
-        reads.append(mode.seen)
-        return run
+        with context() as ctx:
+            entered.append(ctx)
+            return loop(self, view, refresh)
 
+    patch.setattr(module.PolestarCache, "_layers", wrapped)
+    return entered
+
+
+def _refresh_loop_reads(model, cfg, monkeypatch) -> tuple[list[list[str]], object]:
+    """Decode PROMPT with `cfg`; the host reads of each refresh step's layer loop, and the result."""
     with monkeypatch.context() as patch:
-        patch.setattr(module.PolestarCache, "_layers", watched)
-        return reads, decode(model, torch.tensor(PROMPT), cfg, trace=True)
+        modes = _in_refresh_loops(patch, _HostReads)
+        out = decode(model, torch.tensor(PROMPT), cfg, trace=True)
+    return [mode.seen for mode in modes], out
 
 
 REFRESHING = dict(gen_length=32, block_length=8, tau_s=0.3, polestar_tau_upd=1, polestar_tau_suffix=0.05,
@@ -432,21 +438,18 @@ def test_device_selection_pick_is_nonzero_padded():
 def test_device_selection_never_waits_for_a_cuda_device(tmp_path, monkeypatch):
     """On a GPU, under CUDA's sync debug mode (every synchronising call raises), the refresh steps' layer loops
     of a device-selection decode run through; the host path's raise at its first `nonzero`."""
-    import polestar.caches.polestar as module
+    import contextlib
 
-    model = polestar.load_model(write_checkpoint(tmp_path, "llada", kv_heads=2), device="cuda")
-    loop = module.PolestarCache._layers
-
-    def strict(self, view, refresh):
-        if not refresh:
-            return loop(self, view, refresh)
+    @contextlib.contextmanager
+    def synchronising_raises():
         torch.cuda.set_sync_debug_mode("error")
         try:
-            return loop(self, view, refresh)
+            yield
         finally:
             torch.cuda.set_sync_debug_mode("default")
 
-    monkeypatch.setattr(module.PolestarCache, "_layers", strict)
+    model = polestar.load_model(write_checkpoint(tmp_path, "llada", kv_heads=2), device="cuda")
+    _in_refresh_loops(monkeypatch, synchronising_raises)
     ids = torch.tensor(PROMPT, device="cuda")
     out = decode(model, ids, resolve("polestar", device_select="auto", **REFRESHING), trace=True)
     assert any(e.kind == "refresh" for e in out.trace.events)

@@ -64,7 +64,8 @@ class LayerWindow:
 class _Packet:
     """A layer's update packet, which the next layer consumes first: the picked window rows (`members`, ascending)
     and their recomputed outputs. With device-side selection the rows are padded to the layer's bound by repeating
-    the last one and `real` marks the picked ones (a step then never reads the selection on the host)."""
+    the last one, member and outputs alike, and `real` marks the picked ones (a step then never reads the selection
+    on the host)."""
 
     members: torch.Tensor  # [m] window indices
     real: torch.Tensor | None  # [m] bool; None: every row is picked
@@ -290,6 +291,8 @@ class PolestarCache(CachePolicy):
                     h_in = win.store.get(members, fetched).to(model.dtype).unsqueeze(0)
                     with profiling.section("step: select + fetch + packet › packet layer"):
                         hidden = model.layer(index, h_in, positions, self.cache, write=False).hidden
+                    if real is not None:  # padding repeats the last picked row's outputs, not a recompute of them
+                        hidden = hidden[:, (real.cumsum(0) - 1).clamp_min(0)]  # (kernels round by row count)
                     packet = _Packet(members, real, hidden, fetched_next)
             selected.append(chosen)
             refreshed.append((positions, real))
@@ -327,8 +330,6 @@ class PolestarCache(CachePolicy):
         Padding rows repeat the last real row, so they write what it writes and are left out of the shift; a
         packet with no real row writes nothing."""
         members, real, hidden = packet.members, packet.real, packet.hidden
-        if real is not None:  # a padding row takes its real row's outputs as they are (not a recompute of them:
-            hidden = hidden[:, (real.cumsum(0) - 1).clamp_min(0)]  # the attention kernel rounds by row count)
         old = win.store.get(members, packet.fetched)
         new = hidden[0].float()
         labels = win.labels[members]
