@@ -6,9 +6,11 @@ tokens per forward do not matter but the cost of each step does (issue: kernels,
 
 Random weights give near-uniform confidences, so both methods commit about one token per step and run the same
 number of steps per block; the step times (from the decode trace, CUDA-synchronised) are then comparable. Polestar
-runs in three system settings (`SYSTEM`): its defaults (on CUDA the window offloaded to host memory, the refresh rows
+runs in four system settings (`SYSTEM`): its defaults (on CUDA the window offloaded to host memory, the refresh rows
 picked on the host: one wait for the device per refreshed layer), the window kept on the device with the same host
-selection, and the window on the device with device-side selection (no wait between layers: docs/algorithm.md §4).
+selection, the window on the device with device-side selection (no wait between layers: docs/algorithm.md §4), and
+that last one with each layer's side work (proxy attention, drift, pick, packet) on the main stream instead of a side
+stream beside the block's attention and MLP (`overlap="off"`: what the side stream buys).
 Prints one JSON line per (method, generation length): mean ms per step by pass kind, mean ms per step overall, its
 ratio to Fast-dLLM's, and peak device memory when on CUDA.
 """
@@ -26,7 +28,9 @@ EMBEDDED = {"d_model": 256, "n_layers": 8, "n_heads": 8, "n_kv_heads": 8, "mlp_h
 # the measured configurations: (name, preset, system overrides)
 SYSTEM = (("fast-dllm", "fast-dllm", {}), ("polestar", "polestar", {}),
           ("polestar, window on device", "polestar", {"offload": "off", "device_select": "off"}),
-          ("polestar, device selection", "polestar", {"offload": "off", "device_select": "on"}))
+          ("polestar, device selection", "polestar", {"offload": "off", "device_select": "on"}),
+          ("polestar, device selection, no side stream", "polestar",
+           {"offload": "off", "device_select": "on", "overlap": "off"}))
 
 
 def random_model(shape: dict, device, dtype):

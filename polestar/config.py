@@ -107,8 +107,10 @@ class DecodeConfig:
     offload: str = _f("auto", "keep the quantized window in host memory and prefetch refreshed rows ('auto': on a "
                       "CUDA device, pinned memory + copy stream; 'on' also on CPU, synchronously)", "system",
                       choices=("auto", "on", "off"))
-    overlap: bool = _f(True, "run Polestar's proxy attention and drift on a side CUDA stream, overlapping the next "
-                       "layer (no effect on CPU)", "system")
+    overlap: str = _f("auto", "run Polestar's per-layer extra work (proxy attention, drift, refresh packets) beside "
+                      "the block's attention and MLP: on a side CUDA stream ('auto', 'on'), or on a CPU on a worker "
+                      "thread ('on' only: it does not pay on a CPU, docs/algorithm.md §4)", "system",
+                      choices=("auto", "on", "off"))
     device_select: str = _f("auto", "pick Polestar's refresh rows on the device, padded to a size the host knows, so "
                             "a refresh step never waits for the device between layers ('auto': on a CUDA device "
                             "whose window is not offloaded; 'on' also on CPU, with the same tokens)", "system",
@@ -188,7 +190,10 @@ DEPRECATED_NAMES: dict[str, str] = {
 
 def upgrade_names(values: dict[str, Any], warn: bool = True) -> dict[str, Any]:
     """`values` with deprecated field names replaced by the current ones (a DeprecationWarning names each unless
-    `warn` is off: a file written before the rename is upgraded silently)."""
+    `warn` is off: a file written before the rename is upgraded silently), and `overlap` given as a switch (true or
+    false, before 'auto' / 'on' / 'off') read as 'auto' or 'off'."""
+    if isinstance(values.get("overlap"), bool):  # a switch before it became auto / on / off
+        values = {**values, "overlap": "auto" if values["overlap"] else "off"}
     old = [k for k in values if k in DEPRECATED_NAMES]
     if not old:
         return values

@@ -39,6 +39,11 @@ def section(name: str):
         _active[name] += time.perf_counter() - start
 
 
+def collecting() -> bool:
+    """Whether a `collect` is active (work that would run beside other work then runs in line: `polestar.side`)."""
+    return _active is not None
+
+
 @contextmanager
 def collect():
     """Collect the sections run inside the block into a dict of seconds by name."""

@@ -357,9 +357,11 @@ REFRESHING = dict(gen_length=32, block_length=8, tau_s=0.3, polestar_tau_upd=1, 
 def test_device_selection_reads_nothing_on_the_host_between_layers(tiny, monkeypatch):
     """With device-side selection a refresh step's layer loop (consume, block layer, drift, pick, packet, for
     every layer) never reads a tensor on the host, so on a GPU it never waits for the device mid-forward; the
-    host path reads the packet's size at every refreshed layer (`nonzero`), which the detector sees."""
-    host, _ = _refresh_loop_reads(tiny, resolve("polestar", device_select="off", **REFRESHING), monkeypatch)
-    device, out = _refresh_loop_reads(tiny, resolve("polestar", device_select="on", **REFRESHING), monkeypatch)
+    host path reads the packet's size at every refreshed layer (`nonzero`), which the detector sees. (The side
+    work runs in line here: a torch function mode sees only its own thread's calls.)"""
+    cfg = {**REFRESHING, "overlap": "off"}
+    host, _ = _refresh_loop_reads(tiny, resolve("polestar", device_select="off", **cfg), monkeypatch)
+    device, out = _refresh_loop_reads(tiny, resolve("polestar", device_select="on", **cfg), monkeypatch)
     assert host and all("nonzero" in seen for seen in host)
     assert len(device) == len(host) and all(seen == [] for seen in device)
     assert any(c.reason == "suffix" for e in out.trace.events for c in e.commits)  # the last packet was used
@@ -378,9 +380,10 @@ def test_device_selection_decodes_as_the_host_path(tiny, monkeypatch):
     def row_by_row(fn, h, positions, join):
         return join([fn(h[:, i : i + 1], positions[i : i + 1]) for i in range(len(positions))])
 
-    def packet_layer(self, index, h, positions, cache=None, need_attn=False, write=True, pad=None, keep=None):
+    def packet_layer(self, index, h, positions, cache=None, need_attn=False, write=True, pad=None, keep=None,
+                     after_write=None):
         if write:  # the block rows: the same call on both paths
-            return layer(self, index, h, positions, cache, need_attn, write, pad, keep)
+            return layer(self, index, h, positions, cache, need_attn, write, pad, keep, after_write)
         return row_by_row(lambda x, p: layer(self, index, x, p, cache, write=False), h, positions,
                           lambda outs: type(outs[0])(hidden=torch.cat([o.hidden for o in outs], 1), attn=None))
 
@@ -403,6 +406,74 @@ def test_device_selection_decodes_as_the_host_path(tiny, monkeypatch):
             patch.setattr(model_type, "kv_rows", packet_kv)
             (_, host), (_, device) = events(cfg, "off"), events(cfg, "on")
         assert any(e[2].get("refresh") for e in host) and host == device
+
+
+class _Eager:
+    """A side lane that runs the work the moment it is submitted: the earliest the step's ordering allows."""
+
+    def submit(self, fn, *args):
+        value = fn(*args)
+        return type("Done", (), {"result": lambda self: value})()
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread, as a decode of a small model runs and as the side lane's worker runs (a kernel's rounding
+    can depend on how many threads share it)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_side_lane_decodes_bit_for_bit(tiny, monkeypatch, one_thread):
+    """A layer's side work (re-quantize the previous packet, proxy attention and drift, pick, packet) reads only
+    what is final once the block rows wrote their K/V, and the rows' attention and MLP read nothing it writes. So
+    run when its result is taken (in line), the moment it is submitted (between the rows' K/V write and their
+    attention), or on a worker thread at the same time as the main thread's work, the decode is the same bit for
+    bit: tokens, NFE, refreshed positions, commits and every drift value of the trace."""
+    import polestar.caches.polestar as module
+    from polestar.side import ThreadLane
+
+    def run(cfg, lane):
+        with monkeypatch.context() as patch:
+            if lane is not None:
+                patch.setattr(module, "side_lane", lambda *args, **kwargs: lane)
+            out = decode(tiny, torch.tensor(PROMPT), resolve("polestar", **cfg), trace=True)
+        return out.canvas, out.nfe, [(e.refreshed_positions, [(c.position, c.token, c.reason) for c in e.commits],
+                                      e.extra) for e in out.trace.events]
+
+    for extra in ({}, dict(device_select="on"), dict(offload="on"), dict(polestar_drift_reference="previous_step")):
+        cfg = {**REFRESHING, "overlap": "off", **extra}
+        inline = run(cfg, None)
+        assert any(e[2].get("refresh") for e in inline[2])
+        for lane in (_Eager(), ThreadLane()):
+            canvas, nfe, events = run(cfg, lane)
+            assert torch.equal(canvas, inline[0]) and nfe == inline[1] and events == inline[2], (extra, lane)
+
+
+def test_side_lane_choice_and_thread_modes():
+    """'auto' keeps a CPU decode in line (a worker thread does not pay there: docs/algorithm.md §4), 'on' takes the
+    worker thread, 'off' and a timed breakdown run in line; the worker runs under the caller's grad and inference
+    modes, and an error raised there reaches the caller."""
+    from polestar.config import upgrade_names
+    from polestar.side import Inline, ThreadLane, side_lane
+
+    cpu = torch.device("cpu")
+    assert isinstance(side_lane("auto", cpu), Inline) and isinstance(side_lane("off", cpu), Inline)
+    assert isinstance(side_lane("on", cpu), ThreadLane) and isinstance(side_lane("on", cpu, timed=True), Inline)
+    modes = lambda: (torch.is_grad_enabled(), torch.is_inference_mode_enabled())  # noqa: E731
+    with torch.inference_mode():
+        assert ThreadLane().submit(modes).result() == (False, True)
+    with torch.no_grad():
+        assert ThreadLane().submit(modes).result() == (False, False)
+    assert ThreadLane().submit(modes).result() == (True, False)
+    with pytest.raises(ZeroDivisionError):
+        ThreadLane().submit(lambda: 1 / 0).result()
+    assert upgrade_names({"overlap": True}) == {"overlap": "auto"}
+    assert upgrade_names({"overlap": False}) == {"overlap": "off"}
+    with pytest.raises(polestar.errors.ConfigError, match="overlap"):
+        resolve("polestar", overlap="sometimes")
 
 
 def test_device_selection_packet_of_padding_only_changes_nothing(tiny, monkeypatch):

@@ -33,6 +33,7 @@ from polestar.clustering import proxy_drift, spherical_kmeans, split_counts
 from polestar.config import DriftReference, EntrySchedule
 from polestar.kinds import PassKind
 from polestar.quant import RowStore, get_format
+from polestar.side import side_lane
 
 
 @dataclass
@@ -86,6 +87,18 @@ class _LayerRun:
     window: LayerWindow | None  # the final layer's
 
 
+@dataclass
+class _Aux:
+    """One layer's auxiliary work (`PolestarCache._aux`), still on the device: its cluster drift and, on a refresh
+    step, the clusters it picked, the rows refreshed (`real` as in `_Packet`) and its packet."""
+
+    drift: torch.Tensor  # [K]
+    chosen: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+    real: torch.Tensor | None = None
+    packet: _Packet | None = None
+
+
 class PolestarCache(CachePolicy):
     def __init__(self, model, cfg) -> None:
         super().__init__(model, cfg)
@@ -99,7 +112,7 @@ class PolestarCache(CachePolicy):
         self.last_step_commits = 0
         device = next(model.parameters()).device
         self.offload = cfg.offload == "on" or (cfg.offload == "auto" and device.type == "cuda")
-        self.side = torch.cuda.Stream(device=device) if cfg.overlap and device.type == "cuda" else None
+        self.lane = side_lane(cfg.overlap, device, timed=profiling.collecting())
         self.device_select = cfg.device_select == "on" or (
             cfg.device_select == "auto" and device.type == "cuda" and not self.offload)
 
@@ -244,74 +257,79 @@ class PolestarCache(CachePolicy):
         return result
 
     def _layers(self, view: StepView, refresh: bool) -> _LayerRun:
-        """The step's layer loop: the block rows layer by layer against the cache, each layer first consuming the
-        previous one's update packet; per layer the cluster drift when something reads it and, on a refresh step,
-        the top-k clusters' packet. Nothing in it waits for the device on the host with device-side selection
-        (`_pick`): the picks and drifts are read after the last layer."""
+        """The step's layer loop: the block rows layer by layer against the cache, each layer first writing the
+        K/V rows of the previous one's update packet. Once a layer's block rows have written their K/V, the
+        layer's auxiliary work (`_aux`: the cluster drift when something reads it and, on a refresh step, the
+        top-k clusters' packet) runs beside their attention and MLP on the side lane (`polestar.side`); a refresh
+        step takes the packet before the next layer. Nothing in it waits for the device on the host with
+        device-side selection (`_pick`): the picks and drifts are read after the last layer."""
         model, cfg = self.model, self.cfg
         rows, n_layers = self.block_rows, model.spec.n_layers
         drift_read = refresh or self.traced or cfg.polestar_drift_reference == DriftReference.PREVIOUS_STEP
         h = model.embed(view.canvas[:, rows])
-        packet, win = None, None
-        drifts, selected, refreshed = [], [], []
+        packet, win, done = None, None, None
+        aux, selected, refreshed = [], [], []
         for index in range(n_layers):
             win = self.windows[index] if (cfg.polestar_cache and self.windows is not None) else None
             if packet is not None:
-                with profiling.section("step: consume packet"):
-                    self._consume(index, win, packet)
+                with profiling.section("step: consume packet"), profiling.section("step: consume packet › K/V rows"):
+                    self._write_packet(index, win, packet)
+            launch = None
+            if win is not None and drift_read:
+                def launch(index=index, win=win, previous=packet):
+                    aux.append(self.lane.submit(self._aux, view, index, win, previous, refresh))
             with profiling.section("step: block layer"):
-                out = model.layer(index, h, rows, self.cache,
+                out = model.layer(index, h, rows, self.cache, after_write=launch,
                                   need_attn=cfg.polestar_current_commit and index == n_layers - 1)
-            h = out.hidden
-            if win is None or not drift_read:
-                continue
-            with profiling.section("step: proxy attention + drift"):
-                now, drift = self._cluster_drift(index, win, overlap=not refresh)
-            drifts.append(drift)
-            if cfg.polestar_drift_reference == DriftReference.PREVIOUS_STEP:
-                win.reference = now
-            if not refresh:
-                continue
-            with profiling.section("step: select + fetch + packet"):
-                last = index == n_layers - 1  # no next layer takes the last packet: only the suffix commit reads it
-                k = cfg.polestar_refresh_clusters_last if last else cfg.polestar_refresh_clusters
-                chosen = drift.topk(min(k, len(drift))).indices
-                if last and not cfg.polestar_suffix_commit:
-                    members, real = win.labels[:0], None
-                else:
-                    picked = torch.isin(win.labels, chosen)
-                    if last:
-                        picked &= self._suffix_targets(view, win.positions)
-                    members, real = self._pick(picked, win.bound)
-                positions, packet = win.positions[members], None
-                if len(members):
-                    # refreshed here and consumed by the next layer: fetch both layers' rows now
-                    fetched = win.store.prefetch(members)
-                    fetched_next = self.windows[index + 1].store.prefetch(members) if not last else None
-                    h_in = win.store.get(members, fetched).to(model.dtype).unsqueeze(0)
-                    with profiling.section("step: select + fetch + packet › packet layer"):
-                        hidden = model.layer(index, h_in, positions, self.cache, write=False).hidden
-                    if real is not None:  # padding repeats the last picked row's outputs, not a recompute of them
-                        hidden = hidden[:, (real.cumsum(0) - 1).clamp_min(0)]  # (kernels round by row count)
-                    packet = _Packet(members, real, hidden, fetched_next)
-            selected.append(chosen)
-            refreshed.append((positions, real))
-            if cfg.polestar_drift_reference == DriftReference.LAST_REFRESH:
-                win.reference = now
-        if self.side is not None:
-            torch.cuda.current_stream().wait_stream(self.side)
-        return _LayerRun(h, out.attn, drifts, selected, refreshed, packet, win)
+            h, packet = out.hidden, None
+            if launch is not None and refresh:  # the next layer consumes this one's packet first
+                done = aux[-1].result()
+                packet = done.packet
+                selected.append(done.chosen)
+                refreshed.append((done.positions, done.real))
+        drifts = [task.result().drift for task in aux]
+        return _LayerRun(h, out.attn, drifts, selected, refreshed, done.packet if done is not None else None, win)
 
-    def _cluster_drift(self, index: int, win: LayerWindow, overlap: bool):
-        """Proxy attention + per-cluster drift of layer `index` (after its block rows wrote their K/V). With a
-        side stream and `overlap` (steps that only record drift), it runs beside the next layer's main work; the
-        step joins the side stream before anything reads the results."""
-        args = (self.model, index, win.centroids, self.cache, win.reference, self.cfg.impl)
-        if self.side is None or not overlap:
-            return proxy_drift(*args)
-        self.side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self.side):
-            return proxy_drift(*args)
+    def _aux(self, view: StepView, index: int, win: LayerWindow, previous: _Packet | None, refresh: bool) -> _Aux:
+        """Layer `index`'s auxiliary work, which reads the layer's cache after the block rows wrote their K/V and
+        nothing the rows' attention and MLP read: the previous layer's packet re-quantized into this layer's window
+        (its K/V rows are already written), the centroids' proxy attention and cluster drift, and on a refresh
+        step the top-k drifting clusters' members recomputed at this layer (its packet)."""
+        model, cfg = self.model, self.cfg
+        if previous is not None:
+            with profiling.section("step: consume packet"), profiling.section("step: consume packet › re-quantize"):
+                self._requantize(win, previous)
+        with profiling.section("step: proxy attention + drift"):
+            now, drift = proxy_drift(model, index, win.centroids, self.cache, win.reference, cfg.impl)
+        if cfg.polestar_drift_reference == DriftReference.PREVIOUS_STEP:
+            win.reference = now
+        if not refresh:
+            return _Aux(drift)
+        with profiling.section("step: select + fetch + packet"):
+            last = index == model.spec.n_layers - 1  # no next layer takes the last packet: only the suffix reads it
+            k = cfg.polestar_refresh_clusters_last if last else cfg.polestar_refresh_clusters
+            chosen = drift.topk(min(k, len(drift))).indices
+            if last and not cfg.polestar_suffix_commit:
+                members, real = win.labels[:0], None
+            else:
+                picked = torch.isin(win.labels, chosen)
+                if last:
+                    picked &= self._suffix_targets(view, win.positions)
+                members, real = self._pick(picked, win.bound)
+            positions, packet = win.positions[members], None
+            if len(members):
+                # refreshed here and consumed by the next layer: fetch both layers' rows now
+                fetched = win.store.prefetch(members)
+                fetched_next = self.windows[index + 1].store.prefetch(members) if not last else None
+                h_in = win.store.get(members, fetched).to(model.dtype).unsqueeze(0)
+                with profiling.section("step: select + fetch + packet › packet layer"):
+                    hidden = model.layer(index, h_in, positions, self.cache, write=False).hidden
+                if real is not None:  # padding repeats the last picked row's outputs, not a recompute of them
+                    hidden = hidden[:, (real.cumsum(0) - 1).clamp_min(0)]  # (kernels round by row count)
+                packet = _Packet(members, real, hidden, fetched_next)
+        if cfg.polestar_drift_reference == DriftReference.LAST_REFRESH:
+            win.reference = now
+        return _Aux(drift, chosen, positions, real, packet)
 
     def _pick(self, picked: torch.Tensor, bound: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The window rows where `picked` [n] holds, ascending, and which of them are real (None: all). On the
@@ -325,10 +343,20 @@ class PolestarCache(CachePolicy):
         slots = torch.arange(bound, device=picked.device)
         return order[torch.minimum(slots, (count - 1).clamp_min(0))], slots < count
 
-    def _consume(self, index: int, win: LayerWindow, packet: _Packet) -> None:
-        """Layer `index` takes the previous layer's packet: inputs rewritten, K/V recomputed, centroids shifted.
-        Padding rows repeat the last real row, so they write what it writes and are left out of the shift; a
-        packet with no real row writes nothing."""
+    def _write_packet(self, index: int, win: LayerWindow, packet: _Packet) -> None:
+        """Layer `index` takes the previous layer's packet, first its K/V rows (before the block rows attend).
+        Padding rows repeat the last real row, so they write what it writes; a packet with no real row writes
+        nothing."""
+        positions = win.positions[packet.members]
+        k, v = self.model.kv_rows(index, packet.hidden, positions)
+        keep = None if packet.real is None else (~packet.real.any()).expand(1, len(packet.members))
+        self.cache.write(index, positions, k, v, keep=keep)
+
+    @staticmethod
+    def _requantize(win: LayerWindow, packet: _Packet) -> None:
+        """The rest of taking the previous layer's packet (`_aux`): the window's cached inputs rewritten and the
+        centroids shifted to stay the means. Padding rows are left out of the shift, and out of every write when
+        the packet has no real row."""
         members, real, hidden = packet.members, packet.real, packet.hidden
         old = win.store.get(members, packet.fetched)
         new = hidden[0].float()
@@ -336,13 +364,7 @@ class PolestarCache(CachePolicy):
         moved = new - old if real is None else (new - old) * real.unsqueeze(-1)
         shift = torch.zeros_like(win.centroids).index_add_(0, labels, moved)
         win.centroids += shift / win.counts.clamp_min(1).unsqueeze(-1).to(shift.dtype)
-        idle = None if real is None else ~real.any()
-        with profiling.section("step: consume packet › re-quantize"):
-            win.store.set(members, new, win.centroids, labels, keep=idle)
-        with profiling.section("step: consume packet › K/V rows"):
-            positions = win.positions[members]
-            k, v = self.model.kv_rows(index, hidden, positions)
-            self.cache.write(index, positions, k, v, keep=None if idle is None else idle.expand(1, len(members)))
+        win.store.set(members, new, win.centroids, labels, keep=None if real is None else ~real.any())
 
     def _token_drift(self, view: StepView, attn: torch.Tensor, rows: torch.Tensor):
         """(δ, Δ) per target [1, n]: δ = final-layer attention KL against the previous forward, read on the

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -144,6 +145,7 @@ class Transformer(nn.Module):
         write: bool = True,
         pad: torch.Tensor | None = None,
         keep: torch.Tensor | None = None,
+        after_write: Callable[[], None] | None = None,
     ) -> LayerOutput:
         """Run layer `index` for query rows at absolute `positions` [n] with inputs `h` [batch, n, d_model].
 
@@ -153,6 +155,8 @@ class Transformer(nn.Module):
         is, without storing the rows' K/V (Polestar's sparse recompute of rows whose inputs did not change).
         `pad` [batch]: left padding per row (module docstring); `keep` [batch, n] bool: cache entries left as
         they are for those (row, position) pairs, as if that row had not pushed the position through.
+        `after_write` is called once the rows' K/V are in the cache, before they attend (Polestar starts the
+        layer's work that reads the cache beside the rows' attention and MLP: `polestar.side`).
         """
         block = self.layers[index]
         own_kv = cache is None or write  # read-only rows attend over the cache's K/V and never need their own
@@ -163,6 +167,8 @@ class Transformer(nn.Module):
         if cache is not None:
             if write:
                 cache.write(index, positions, k, v, keep)
+            if after_write is not None:
+                after_write()
             k_all, v_all = cache.layer(index)
             padding, key_positions = cache.key_padding, cache.positions
         else:  # contiguous like the cache's rows, so both paths run the same attention kernel bit for bit
