@@ -60,7 +60,7 @@ def random_model(shape: dict, device, dtype):
     return model.eval()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     import torch
 
     from polestar.config import resolve
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="the embedded model's shape (CPU smoke run)")
     parser.add_argument("--prompt-length", type=int, default=300)
     parser.add_argument("--gen-lengths", type=int, nargs="+", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     device = torch.device(args.device)
     shape = EMBEDDED if args.small else LLADA_8B
     gen_lengths = args.gen_lengths or ([64] if args.small else [256, 512])

@@ -52,6 +52,19 @@ def test_figure_script_writes_finite_rows(outputs, name):
     assert summary["settings"]["n"] == 1 and (outputs / f"{name}.html").stat().st_size > 1000
 
 
+def test_step_cost_measures_every_system_setting(capsys):
+    """The lent GPU's one command (`python -m kernels.bench --step-cost` runs it) on the embedded model's shape: a
+    row per system setting, in order, with finite costs, Polestar's refresh steps timed apart, Fast-dLLM the unit."""
+    from analysis import step_cost
+
+    step_cost.main(["--small", "--device", "cpu", "--gen-lengths", "32"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["method"] for row in rows] == [name for name, *_ in step_cost.SYSTEM]
+    assert all(math.isfinite(row["ms_per_step"]) and row["ms_per_step"] > 0 for row in rows)
+    assert rows[0]["over_fastdllm_ms_per_step"] == 1.0
+    assert all(row["steps_by_pass"].get("refresh", 0) > 0 for row in rows[1:])
+
+
 def test_sampler_run_judges_the_samplers_of_the_model_card(outputs):
     summary = json.loads((outputs / "commit_reliability_samplers.json").read_text())
     assert list(summary["configs"]) == ["LLaDA sampler, 1 token per step", "τ = 0.9, no cache"]
