@@ -526,3 +526,21 @@ def test_device_selection_never_waits_for_a_cuda_device(tmp_path, monkeypatch):
     assert any(e.kind == "refresh" for e in out.trace.events)
     with pytest.raises(RuntimeError):
         decode(model, ids, resolve("polestar", device_select="off", **REFRESHING))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the CPU test above checks the code)")
+def test_side_stream_decodes_as_in_line(tmp_path):
+    """On a GPU the side work runs on a side stream (`overlap="auto"`) beside the block's attention and MLP: the
+    same kernels on the same inputs, so the decode equals the in-line one bit for bit, drift values included. A
+    missing wait between the streams (side work reading the cache before the block's K/V write lands, or the next
+    layer taking a packet before it is made) shows here as different values."""
+    model = polestar.load_model(write_checkpoint(tmp_path, "llada", kv_heads=2), device="cuda")
+    ids = torch.tensor(PROMPT, device="cuda")
+    runs = []
+    for overlap in ("off", "auto"):
+        for device_select in ("off", "on"):
+            out = decode(model, ids, resolve("polestar", overlap=overlap, device_select=device_select, **REFRESHING),
+                         trace=True)
+            runs.append((out.canvas.tolist(), out.nfe, [(e.refreshed_positions, e.extra) for e in out.trace.events]))
+    assert any(e[1].get("refresh") for e in runs[0][2])
+    assert runs[0] == runs[2] and runs[1] == runs[3]
