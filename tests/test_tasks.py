@@ -184,6 +184,21 @@ def test_long_reversal_drill_reverses_long_lists_of_numbers():
     assert {n // 20 for n in lengths} >= {0, 1, 2, 3, 4}  # 16–19, 20–39, ..., 80–99: every band drawn
 
 
+def test_long_sort_drill_sorts_ten_or_more_numbers():
+    """`lists-sort-long`: a `lists` sort (phrasing, scorer) of 10–32 distinct numbers, short and long ones drawn
+    alike; its focus is a sort's (the units digits)."""
+    lengths = []
+    for ex in tasks.make("lists-sort-long", 300, seed=0, split="train"):
+        items = ex.prompt.split(": ", 1)[1].split()
+        assert tasks.lists.operation(ex.prompt) == "sort" and all(x.isdigit() for x in items)
+        assert len(set(items)) == len(items) and ex.target.split() == sorted(items, key=int)
+        assert tasks.score("lists", ex, ex.answer) and not tasks.score("lists", ex, " ".join(items))
+        assert tasks.computed("lists-sort-long", ex.answer) == tasks.computed("lists-sort", ex.answer)
+        lengths.append(len(items))
+    assert min(lengths) == tasks.lists.SORT_LONG_MIN_ITEMS and max(lengths) == tasks.lists.SORT_MAX_ITEMS
+    assert abs(sum(n < 21 for n in lengths) / len(lengths) - 11 / 23) < 0.1  # uniform: 10–20 is 11 of 23 lengths
+
+
 @pytest.mark.parametrize("name", ["arith", "lists"])
 def test_train_and_test_are_disjoint(name):
     """Disjoint by construction (the split is a hash of the prompt); checked here for the evaluation seeds

@@ -291,10 +291,10 @@ class PolestarCache(CachePolicy):
         return _LayerRun(h, out.attn, drifts, selected, refreshed, done.packet if done is not None else None, win)
 
     def _aux(self, view: StepView, index: int, win: LayerWindow, previous: _Packet | None, refresh: bool) -> _Aux:
-        """Layer `index`'s auxiliary work, which reads the layer's cache after the block rows wrote their K/V and
-        nothing the rows' attention and MLP read: the previous layer's packet re-quantized into this layer's window
-        (its K/V rows are already written), the centroids' proxy attention and cluster drift, and on a refresh
-        step the top-k drifting clusters' members recomputed at this layer (its packet)."""
+        """Layer `index`'s auxiliary work: the previous layer's packet re-quantized into this layer's window (its
+        K/V rows are already written), the centroids' proxy attention and cluster drift, and on a refresh step the
+        top-k drifting clusters' members recomputed at this layer (its packet). It reads the layer's cache as the
+        block rows left it and writes only the window's state, which their attention and MLP never read."""
         model, cfg = self.model, self.cfg
         if previous is not None:
             with profiling.section("step: consume packet"), profiling.section("step: consume packet › re-quantize"):

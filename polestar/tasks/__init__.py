@@ -3,7 +3,8 @@
 Tasks: `arith` (GSM8K-style word problems, scored on the integer after `####`) and `lists` (copy / reverse /
 sort, exact match); `lists-copy` (the copy third of `lists`), `lists-copy-words`, `lists-sort` (the sort
 third), `lists-sort-dense` (sorts of numbers from a narrow range), `lists-long` (copies and reversals of long
-lists) and `lists-reverse-long` (reversals of long lists of numbers) are training curriculum steps, and
+lists), `lists-reverse-long` (reversals of long lists of numbers) and `lists-sort-long` (sorts of ten or more
+numbers) are training curriculum steps, and
 `arith-drill` (bare equations, the arithmetic facts of `arith` many per token) a training drill.
 `split="test"` (the default) gives held-out examples; training draws `split="train"`.
 """
@@ -24,6 +25,7 @@ TASKS = {"arith": arith, "lists": lists,
          "lists-long": SimpleNamespace(candidate=lists.candidate_long, score=lists.score),
          "lists-sort-dense": SimpleNamespace(candidate=lists.candidate_sort_dense, score=lists.score),
          "lists-reverse-long": SimpleNamespace(candidate=lists.candidate_reverse_long, score=lists.score),
+         "lists-sort-long": SimpleNamespace(candidate=lists.candidate_sort_long, score=lists.score),
          # training drill: the sums, differences, products and quotients `arith` asks for, as bare equations,
          # scored like `lists` (exact match of the whitespace-separated items)
          "arith-drill": SimpleNamespace(candidate=arith.candidate_drill, score=lists.score)}
@@ -48,7 +50,7 @@ def make(name: str, n: int, seed: int = 0, split: str = "test") -> list[Example]
 
 
 COMPUTED = {"arith": arith.worked_digits, "arith-drill": arith.column_digits, "lists-sort": lists.units_digits,
-            "lists-sort-dense": lists.units_digits}
+            "lists-sort-dense": lists.units_digits, "lists-sort-long": lists.units_digits}
 
 
 def computed(name: str, answer: str) -> list[int] | None:
