@@ -350,6 +350,13 @@ def _refresh_loop_reads(model, cfg, monkeypatch) -> tuple[list[list[str]], objec
     return [mode.seen for mode in modes], out
 
 
+def _events(out) -> list[tuple]:
+    """What a traced decode did, step by step: refreshed positions, commits and the step's extra record (drift
+    values included), for comparing two decodes exactly."""
+    return [(e.refreshed_positions, [(c.position, c.token, c.reason) for c in e.commits], e.extra)
+            for e in out.trace.events]
+
+
 REFRESHING = dict(gen_length=32, block_length=8, tau_s=0.3, polestar_tau_upd=1, polestar_tau_suffix=0.05,
                   offload="off")
 
@@ -393,8 +400,7 @@ def test_device_selection_decodes_as_the_host_path(tiny, monkeypatch):
 
     def events(cfg, device_select):
         out = decode(tiny, ids, resolve("polestar", device_select=device_select, **cfg), trace=True)
-        return out, [(e.refreshed_positions, [(c.position, c.token, c.reason) for c in e.commits], e.extra)
-                     for e in out.trace.events]
+        return out, _events(out)
 
     for extra in ({}, dict(polestar_refresh_clusters=1, polestar_refresh_clusters_last=1), dict(offload="on")):
         cfg = {**REFRESHING, **extra}
@@ -440,8 +446,7 @@ def test_side_lane_decodes_bit_for_bit(tiny, monkeypatch, one_thread):
             if lane is not None:
                 patch.setattr(module, "side_lane", lambda *args, **kwargs: lane)
             out = decode(tiny, torch.tensor(PROMPT), resolve("polestar", **cfg), trace=True)
-        return out.canvas, out.nfe, [(e.refreshed_positions, [(c.position, c.token, c.reason) for c in e.commits],
-                                      e.extra) for e in out.trace.events]
+        return out.canvas, out.nfe, _events(out)
 
     for extra in ({}, dict(device_select="on"), dict(offload="on"), dict(polestar_drift_reference="previous_step")):
         cfg = {**REFRESHING, "overlap": "off", **extra}
@@ -541,6 +546,6 @@ def test_side_stream_decodes_as_in_line(tmp_path):
         for device_select in ("off", "on"):
             out = decode(model, ids, resolve("polestar", overlap=overlap, device_select=device_select, **REFRESHING),
                          trace=True)
-            runs.append((out.canvas.tolist(), out.nfe, [(e.refreshed_positions, e.extra) for e in out.trace.events]))
-    assert any(e[1].get("refresh") for e in runs[0][2])
+            runs.append((out.canvas.tolist(), out.nfe, _events(out)))
+    assert any(e[2].get("refresh") for e in runs[0][2])
     assert runs[0] == runs[2] and runs[1] == runs[3]

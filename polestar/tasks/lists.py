@@ -64,6 +64,11 @@ def _example(rng: random.Random, op: str, items: list[str]) -> Example:
     return Example(task="lists", prompt=prompt, answer=answer, target=answer)
 
 
+def _distinct_numbers(rng: random.Random, op: str, lo: int, hi: int) -> Example:
+    """`op` over lo–hi distinct numbers of 0–99 (the count uniform): the long-list drills' draw."""
+    return _example(rng, op, [str(x) for x in rng.sample(range(100), rng.randint(lo, hi))])
+
+
 def candidate_copy(rng: random.Random) -> Example:
     """The copy operation only: a training curriculum step (copying from the prompt is the circuit reverse and
     sort build on, and mixed data dilutes it)."""
@@ -100,8 +105,7 @@ def candidate_sort_long(rng: random.Random) -> Example:
     ten items, and `lists-sort-dense` (v20) likewise. The choice these sorts get wrong is the units digit: which of
     the prompt's numbers with the tens digit just written comes next (`--sort-successor`: right 96 % of the time in
     sorts of 4–9 numbers, 71–73 % in sorts of 19–32)."""
-    k = rng.randint(SORT_LONG_MIN_ITEMS, SORT_MAX_ITEMS)
-    return _example(rng, "sort", [str(x) for x in rng.sample(range(100), k)])
+    return _distinct_numbers(rng, "sort", SORT_LONG_MIN_ITEMS, SORT_MAX_ITEMS)
 
 
 def candidate_long(rng: random.Random) -> Example:
@@ -118,8 +122,7 @@ def candidate_reverse_long(rng: random.Random) -> Example:
     the 22 of 19–88: answer item i is the prompt's item n − 1 − i, so the answer walks the prompt backwards, each
     item one or two digit tokens, and the wrong answers write one item mid-list with a digit off by one or two or
     stop early. `lists-long` draws such lists a quarter of the time (reversal or copy, numbers or words)."""
-    k = rng.randint(REVERSE_LONG_MIN_ITEMS, MAX_ITEMS["numbers"])
-    return _example(rng, "reverse", [str(x) for x in rng.sample(range(100), k)])
+    return _distinct_numbers(rng, "reverse", REVERSE_LONG_MIN_ITEMS, MAX_ITEMS["numbers"])
 
 
 def candidate_copy_words(rng: random.Random) -> Example:
